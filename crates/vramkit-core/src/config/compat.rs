@@ -1,0 +1,92 @@
+//! Behaviour that differs between PyTorch releases (spec section 12).
+//!
+//! Each difference is one switch, so a replay of a trace recorded on an older
+//! PyTorch can ask for that release's behaviour without forking the code.
+
+/// A PyTorch allocator generation, as the spec labels them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+pub enum Generation {
+    /// Mid-2024 main, about PyTorch 2.4.
+    R24,
+    /// PyTorch 2.6 to 2.9 (the `CUDAAllocatorConfig` era).
+    V2_8,
+    /// Late-2025 main, about PyTorch 2.10 and later: the default.
+    R26,
+}
+
+/// One switch per row of spec section 12. `Compat::R26` is the default.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Compat {
+    /// `>` in a `roundup_power2_divisions` list fills from the last listed
+    /// index itself, overwriting it (R24, 2.8), instead of from the next one (R26).
+    pub roundup_gt_overwrites_last: bool,
+    /// `max_split_size_mb` must be strictly above 20 (R24, 2.8) instead of at
+    /// least `large_segment_size_mb` (R26).
+    pub max_split_size_strictly_above_20: bool,
+    /// The oversize reuse tolerance is a fixed 20 MiB (R24) instead of
+    /// `max_non_split_rounding_mb`.
+    pub fixed_oversize_tolerance: bool,
+    /// `max_non_split_rounding_mb` and `large_segment_size_mb` are accepted keys.
+    pub has_max_non_split_rounding: bool,
+    /// `large_segment_size_mb` is an accepted key (R26).
+    pub has_large_segment_size: bool,
+    /// A memory fraction limit is in effect once a fraction was ever set, even
+    /// 1.0 (R24, 2.8), instead of only when it is below 1.0 (R26).
+    pub fraction_limit_when_ever_set: bool,
+    /// GC and the targeted release may pick expandable blocks (R24).
+    pub release_considers_expandable: bool,
+    /// Private pools are chosen first-registered-first (R24) instead of
+    /// most-recent-first (R26).
+    pub private_pool_first_registered: bool,
+}
+
+impl Compat {
+    /// Late-2025 PyTorch (2.10+).
+    pub const R26: Compat = Compat {
+        roundup_gt_overwrites_last: false,
+        max_split_size_strictly_above_20: false,
+        fixed_oversize_tolerance: false,
+        has_max_non_split_rounding: true,
+        has_large_segment_size: true,
+        fraction_limit_when_ever_set: false,
+        release_considers_expandable: false,
+        private_pool_first_registered: false,
+    };
+    /// PyTorch 2.6 to 2.9.
+    pub const V2_8: Compat = Compat {
+        roundup_gt_overwrites_last: true,
+        max_split_size_strictly_above_20: true,
+        fixed_oversize_tolerance: false,
+        has_max_non_split_rounding: true,
+        has_large_segment_size: false,
+        fraction_limit_when_ever_set: true,
+        release_considers_expandable: false,
+        private_pool_first_registered: false,
+    };
+    /// Mid-2024 PyTorch (2.4).
+    pub const R24: Compat = Compat {
+        roundup_gt_overwrites_last: true,
+        max_split_size_strictly_above_20: true,
+        fixed_oversize_tolerance: true,
+        has_max_non_split_rounding: false,
+        has_large_segment_size: false,
+        fraction_limit_when_ever_set: true,
+        release_considers_expandable: true,
+        private_pool_first_registered: true,
+    };
+
+    /// The switches of one generation.
+    pub const fn of(generation: Generation) -> Compat {
+        match generation {
+            Generation::R24 => Self::R24,
+            Generation::V2_8 => Self::V2_8,
+            Generation::R26 => Self::R26,
+        }
+    }
+}
+
+impl Default for Compat {
+    fn default() -> Self {
+        Self::R26
+    }
+}

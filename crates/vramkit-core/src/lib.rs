@@ -1,0 +1,15 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod device;
+pub mod history;
+pub mod rounding;
+pub mod snapshot;
+pub mod stats;
+
+pub use config::{AllocatorConfig, ConfigError};
+pub use device::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
+pub use rounding::PoolKind;
+pub use stats::{DeviceStats, Stat, StatArray};

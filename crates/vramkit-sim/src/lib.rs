@@ -1,0 +1,341 @@
+//! `SimDevice`: a simulated GPU for tests, replay and the CLI.
+//!
+//! It keeps the ranges it handed out, a capacity, counters of every call,
+//! and switches to make calls fail. It `assert!`s the [`Device`] contract,
+//! so an allocator bug that double-frees or frees a wrong size panics here.
+//!
+//! Addresses: by default a new range starts above every address handed out
+//! before (aligned to `granularity_bytes`), so results never depend on an
+//! arbitrary base address. Replay can queue the addresses a trace recorded
+//! with [`SimDevice::push_address`].
+//!
+//! Events: by default an event is complete as soon as it is recorded.
+//! With [`EventMode::Manual`] a test decides when each one completes.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use vramkit_core::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
+
+/// When recorded events complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum EventMode {
+    /// Every event is complete when it is recorded.
+    #[default]
+    Immediate,
+    /// Events stay pending until [`SimDevice::complete_event`],
+    /// [`SimDevice::complete_stream`] or a synchronize.
+    Manual,
+}
+
+/// Counters of every device call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimCounters {
+    /// Successful `malloc` calls.
+    pub mallocs: u64,
+    /// `malloc` calls refused (capacity or injected failure).
+    pub failed_mallocs: u64,
+    /// `free` calls.
+    pub frees: u64,
+    /// Events recorded.
+    pub events_recorded: u64,
+    /// `query_event` calls.
+    pub event_queries: u64,
+    /// `synchronize_event` calls.
+    pub event_syncs: u64,
+    /// `mem_get_info` calls are not counted (it takes `&self`).
+    pub events_destroyed: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct SimEvent {
+    stream: StreamId,
+    complete: bool,
+}
+
+/// A simulated GPU.
+#[derive(Clone, Debug)]
+pub struct SimDevice {
+    capacity_bytes: u64,
+    granularity_bytes: u64,
+    base_address: u64,
+    /// Live ranges: start address -> size.
+    live: BTreeMap<u64, u64>,
+    used_bytes: u64,
+    /// The next address the bump allocator hands out.
+    next_address: u64,
+    /// Addresses to hand out next, in order, before bumping.
+    queued_addresses: VecDeque<u64>,
+    fail_next_mallocs: u64,
+    event_mode: EventMode,
+    events: HashMap<u64, SimEvent>,
+    next_event: u64,
+    counters: SimCounters,
+    clock_us: u64,
+}
+
+impl Default for SimDevice {
+    fn default() -> Self {
+        SimDevice::new(u64::MAX)
+    }
+}
+
+impl SimDevice {
+    /// The default granularity: `cudaMalloc` ranges start 2 MiB apart at least.
+    pub const DEFAULT_GRANULARITY: u64 = 2 << 20;
+    /// Where the first range starts (a typical CUDA device address).
+    pub const DEFAULT_BASE: u64 = 0x7f00_0000_0000;
+
+    /// A device with `capacity_bytes` of memory (`u64::MAX`: unlimited).
+    pub fn new(capacity_bytes: u64) -> SimDevice {
+        SimDevice {
+            capacity_bytes,
+            granularity_bytes: Self::DEFAULT_GRANULARITY,
+            base_address: Self::DEFAULT_BASE,
+            live: BTreeMap::new(),
+            used_bytes: 0,
+            next_address: Self::DEFAULT_BASE,
+            queued_addresses: VecDeque::new(),
+            fail_next_mallocs: 0,
+            event_mode: EventMode::Immediate,
+            events: HashMap::new(),
+            next_event: 1,
+            counters: SimCounters::default(),
+            clock_us: 0,
+        }
+    }
+
+    /// An unlimited device.
+    pub fn unlimited() -> SimDevice {
+        SimDevice::new(u64::MAX)
+    }
+
+    /// Sets where the bump allocator starts (only before the first malloc).
+    pub fn with_base_address(mut self, base: u64) -> SimDevice {
+        assert!(self.live.is_empty(), "set the base address before the first malloc");
+        self.base_address = base;
+        self.next_address = base;
+        self
+    }
+
+    /// Sets the address granularity (a power of two).
+    pub fn with_granularity(mut self, granularity_bytes: u64) -> SimDevice {
+        assert!(granularity_bytes.is_power_of_two(), "granularity must be a power of two");
+        self.granularity_bytes = granularity_bytes;
+        self
+    }
+
+    /// Sets when events complete.
+    pub fn with_event_mode(mut self, mode: EventMode) -> SimDevice {
+        self.event_mode = mode;
+        self
+    }
+
+    /// Bytes of memory on the device.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+
+    /// Changes the capacity (memory "returns" or shrinks). Never below what is in use.
+    pub fn set_capacity(&mut self, capacity_bytes: u64) {
+        self.capacity_bytes = capacity_bytes;
+    }
+
+    /// Bytes currently handed out.
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+
+    /// Number of live ranges.
+    pub fn live_ranges(&self) -> usize {
+        self.live.len()
+    }
+
+    /// The live ranges, (address, size), in address order.
+    pub fn ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.live.iter().map(|(&a, &s)| (a, s))
+    }
+
+    /// Call counters.
+    pub fn counters(&self) -> SimCounters {
+        self.counters
+    }
+
+    /// Refuses the next `n` mallocs with out-of-memory.
+    pub fn fail_next_mallocs(&mut self, n: u64) {
+        self.fail_next_mallocs = n;
+    }
+
+    /// The next malloc returns `addr` (then the one after that, in order).
+    /// Panics in that malloc if the address overlaps a live range.
+    pub fn push_address(&mut self, addr: u64) {
+        self.queued_addresses.push_back(addr);
+    }
+
+    /// Marks one event complete.
+    pub fn complete_event(&mut self, event: EventId) {
+        if let Some(e) = self.events.get_mut(&event.0) {
+            e.complete = true;
+        }
+    }
+
+    /// Marks every event recorded on `stream` complete.
+    pub fn complete_stream(&mut self, stream: StreamId) {
+        for e in self.events.values_mut().filter(|e| e.stream == stream) {
+            e.complete = true;
+        }
+    }
+
+    /// Marks every event complete.
+    pub fn complete_all_events(&mut self) {
+        for e in self.events.values_mut() {
+            e.complete = true;
+        }
+    }
+
+    /// Events recorded and not yet complete.
+    pub fn pending_events(&self) -> usize {
+        self.events.values().filter(|e| !e.complete).count()
+    }
+
+    /// Sets the clock used for trace entries' `time_us`.
+    pub fn set_time_us(&mut self, time_us: u64) {
+        self.clock_us = time_us;
+    }
+
+    fn take_address(&mut self, size: u64) -> u64 {
+        if let Some(addr) = self.queued_addresses.pop_front() {
+            let end = addr.checked_add(size).expect("queued address overflows");
+            if let Some((&a, &s)) = self.live.range(..end).next_back() {
+                assert!(a + s <= addr, "queued address {addr:#x} overlaps live range {a:#x}+{s}");
+            }
+            self.next_address = self.next_address.max(align_up(end, self.granularity_bytes));
+            return addr;
+        }
+        let addr = self.next_address;
+        self.next_address = align_up(addr + size, self.granularity_bytes);
+        addr
+    }
+}
+
+fn align_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+impl Device for SimDevice {
+    fn malloc(&mut self, size_bytes: u64, _stream: StreamId) -> Result<DeviceAddr, DeviceError> {
+        assert!(size_bytes > 0 && size_bytes % 512 == 0, "malloc of {size_bytes} bytes breaks the contract");
+        let over_capacity = self.used_bytes.checked_add(size_bytes).is_none_or(|u| u > self.capacity_bytes);
+        if self.fail_next_mallocs > 0 || over_capacity {
+            self.fail_next_mallocs = self.fail_next_mallocs.saturating_sub(1);
+            self.counters.failed_mallocs += 1;
+            return Err(DeviceError::OutOfMemory { requested_bytes: size_bytes });
+        }
+        let addr = self.take_address(size_bytes);
+        self.live.insert(addr, size_bytes);
+        self.used_bytes += size_bytes;
+        self.counters.mallocs += 1;
+        Ok(DeviceAddr(addr))
+    }
+
+    fn free(&mut self, addr: DeviceAddr, size_bytes: u64) {
+        match self.live.remove(&addr.0) {
+            Some(size) => assert_eq!(size, size_bytes, "free of {addr} with size {size_bytes}, but it has {size}"),
+            None => panic!("free of {addr}, which is not a live range"),
+        }
+        self.used_bytes -= size_bytes;
+        self.counters.frees += 1;
+    }
+
+    fn mem_get_info(&self) -> MemInfo {
+        MemInfo {
+            free_bytes: self.capacity_bytes.saturating_sub(self.used_bytes),
+            total_bytes: self.capacity_bytes,
+        }
+    }
+
+    fn record_event(&mut self, stream: StreamId) -> EventId {
+        let id = self.next_event;
+        self.next_event += 1;
+        let complete = self.event_mode == EventMode::Immediate;
+        self.events.insert(id, SimEvent { stream, complete });
+        self.counters.events_recorded += 1;
+        EventId(id)
+    }
+
+    fn query_event(&mut self, event: EventId) -> bool {
+        self.counters.event_queries += 1;
+        self.events.get(&event.0).expect("query of an unknown event").complete
+    }
+
+    fn synchronize_event(&mut self, event: EventId) {
+        self.counters.event_syncs += 1;
+        self.events.get_mut(&event.0).expect("sync of an unknown event").complete = true;
+    }
+
+    fn destroy_event(&mut self, event: EventId) {
+        let e = self.events.remove(&event.0).expect("destroy of an unknown event");
+        assert!(e.complete, "destroy of an event that has not completed");
+        self.counters.events_destroyed += 1;
+    }
+
+    fn time_us(&self) -> u64 {
+        self.clock_us
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bump_addresses_never_reuse_and_respect_granularity() {
+        let mut d = SimDevice::unlimited();
+        let a = d.malloc(512, StreamId(0)).unwrap();
+        let b = d.malloc(4 << 20, StreamId(0)).unwrap();
+        assert_eq!(a.0, SimDevice::DEFAULT_BASE);
+        assert_eq!(b.0, SimDevice::DEFAULT_BASE + (2 << 20));
+        d.free(a, 512);
+        let c = d.malloc(512, StreamId(0)).unwrap();
+        assert_eq!(c.0, SimDevice::DEFAULT_BASE + (6 << 20));
+    }
+
+    #[test]
+    fn capacity_and_injected_failures_refuse() {
+        let mut d = SimDevice::new(4 << 20);
+        assert!(d.malloc(4 << 20, StreamId(0)).is_ok());
+        assert_eq!(d.malloc(512, StreamId(0)), Err(DeviceError::OutOfMemory { requested_bytes: 512 }));
+        d.set_capacity(u64::MAX);
+        d.fail_next_mallocs(1);
+        assert!(d.malloc(512, StreamId(0)).is_err());
+        assert!(d.malloc(512, StreamId(0)).is_ok());
+        assert_eq!(d.counters().failed_mallocs, 2);
+    }
+
+    #[test]
+    fn queued_addresses_come_first() {
+        let mut d = SimDevice::unlimited();
+        d.push_address(0x1000_0000);
+        assert_eq!(d.malloc(2 << 20, StreamId(0)).unwrap().0, 0x1000_0000);
+    }
+
+    #[test]
+    #[should_panic(expected = "not a live range")]
+    fn double_free_panics() {
+        let mut d = SimDevice::unlimited();
+        let a = d.malloc(512, StreamId(0)).unwrap();
+        d.free(a, 512);
+        d.free(a, 512);
+    }
+
+    #[test]
+    fn manual_events_wait_for_the_test() {
+        let mut d = SimDevice::unlimited().with_event_mode(EventMode::Manual);
+        let e = d.record_event(StreamId(7));
+        assert!(!d.query_event(e));
+        d.complete_stream(StreamId(7));
+        assert!(d.query_event(e));
+        d.destroy_event(e);
+        assert_eq!(d.pending_events(), 0);
+    }
+}
