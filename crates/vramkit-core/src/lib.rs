@@ -2,14 +2,25 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod allocator;
+mod block;
 pub mod config;
 pub mod device;
+mod error;
 pub mod history;
+pub mod oom;
+pub mod oom_message;
+mod pool;
 pub mod rounding;
 pub mod snapshot;
 pub mod stats;
 
+pub use allocator::{AddrHasher, CachingAllocator, InvariantViolation};
 pub use config::{AllocatorConfig, ConfigError};
 pub use device::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
+pub use error::Error;
+pub use history::{ContextLevel, HistoryConfig};
+pub use oom::{OomDiagnosis, OutOfMemoryError};
 pub use rounding::PoolKind;
+pub use snapshot::{BlockInfo, BlockState, Frame, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry};
 pub use stats::{DeviceStats, Stat, StatArray};

@@ -1,0 +1,147 @@
+//! Freeing (spec section 4): `free_requested`, stream-use events, and
+//! `free_completed` with merging.
+
+use super::CachingAllocator;
+use crate::block::{BlockId, PendingEvent};
+use crate::device::Device;
+use crate::history::ContextLevel;
+use crate::snapshot::{Frames, TraceAction};
+
+impl<D: Device> CachingAllocator<D> {
+    /// 4.1: the user dropped the block (already removed from `allocated`).
+    pub(crate) fn free_impl(&mut self, id: BlockId, context: Option<Frames>) {
+        let b = &mut self.blocks[id];
+        b.allocated = false;
+        let (addr, size, requested, stream, pool) = (b.addr, b.size, b.requested_size, b.stream, b.pool);
+        let has_stream_uses = !b.stream_uses.is_empty();
+        let kind = self.pools[pool.0 as usize].kind;
+        let oversize = size >= self.config.max_split_size();
+        self.stats.account_free_requested(kind, size, oversize);
+        let frames = self.free_trace_frames(id, &context);
+        self.record_trace(TraceAction::FreeRequested, addr, requested, stream, frames);
+        if has_stream_uses {
+            self.insert_events(id);
+        } else {
+            self.free_block(id, &context);
+        }
+    }
+
+    /// At level `All` a free entry carries the free site's stack; at `Alloc`
+    /// the allocation's.
+    fn free_trace_frames(&self, id: BlockId, context: &Option<Frames>) -> Option<Frames> {
+        match &self.history {
+            Some(h) if h.config.context >= ContextLevel::All && context.is_some() => context.clone(),
+            Some(h) if h.config.context >= ContextLevel::Alloc => self.blocks[id].context_when_allocated.clone(),
+            _ => None,
+        }
+    }
+
+    /// Records one event per stream that used the block; it stays active until they complete.
+    fn insert_events(&mut self, id: BlockId) {
+        let streams = std::mem::take(&mut self.blocks[id].stream_uses);
+        for stream in streams {
+            let event = self.device.record_event(stream);
+            self.blocks[id].event_count += 1;
+            self.cuda_events.entry(stream).or_default().push_back(PendingEvent { event, block: id });
+        }
+    }
+
+    /// 3 step 1: free the blocks whose events have completed, per stream in
+    /// FIFO order, stopping at each stream's first incomplete event.
+    pub(crate) fn process_events(&mut self, context: &Option<Frames>) {
+        if self.cuda_events.is_empty() {
+            return;
+        }
+        let streams: Vec<_> = self.cuda_events.keys().copied().collect();
+        for stream in streams {
+            while let Some(&pending) = self.cuda_events.get(&stream).and_then(|q| q.front()) {
+                if !self.device.query_event(pending.event) {
+                    break;
+                }
+                self.cuda_events.get_mut(&stream).expect("stream present").pop_front();
+                self.complete_event(pending, context);
+            }
+            if self.cuda_events.get(&stream).is_some_and(|q| q.is_empty()) {
+                self.cuda_events.remove(&stream);
+            }
+        }
+    }
+
+    /// 5.3 step 2: wait for every pending event and free what they held.
+    pub(crate) fn synchronize_and_free_events(&mut self, context: &Option<Frames>) {
+        self.stats.account_sync_all_streams();
+        let events = std::mem::take(&mut self.cuda_events);
+        for (_, queue) in events {
+            for pending in queue {
+                self.device.synchronize_event(pending.event);
+                self.complete_event(pending, context);
+            }
+        }
+    }
+
+    fn complete_event(&mut self, pending: PendingEvent, context: &Option<Frames>) {
+        self.device.destroy_event(pending.event);
+        let b = &mut self.blocks[pending.block];
+        b.event_count -= 1;
+        if b.event_count == 0 {
+            self.free_block(pending.block, context);
+        }
+    }
+
+    /// 4.2: the block becomes reusable: merge it with free neighbours and
+    /// put it into its pool.
+    pub(crate) fn free_block(&mut self, id: BlockId, context: &Option<Frames>) {
+        let frames = self.free_trace_frames(id, context);
+        let b = &mut self.blocks[id];
+        debug_assert!(!b.allocated && b.event_count == 0 && b.stream_uses.is_empty());
+        let (addr, original_size, requested, stream, pool) = (b.addr, b.size, b.requested_size, b.stream, b.pool);
+        let (prev, next) = (b.prev, b.next);
+        b.context_when_allocated = None;
+        self.record_trace(TraceAction::FreeCompleted, addr, requested, stream, frames);
+
+        let mut inactive_split = (0i64, 0i64);
+        for candidate in [prev, next] {
+            let subsumed = self.try_merge_blocks(id, candidate);
+            if subsumed > 0 {
+                inactive_split.0 -= 1;
+                inactive_split.1 -= subsumed as i64;
+            }
+        }
+        self.insert_into_pool(id);
+        let b = &self.blocks[id];
+        if b.is_split() {
+            inactive_split.0 += 1;
+            inactive_split.1 += b.size as i64;
+        }
+        let kind = self.pools[pool.0 as usize].kind;
+        self.stats.account_free_completed(kind, original_size, requested, inactive_split);
+    }
+
+    /// Merges `src` into `dst` if `src` is a free neighbour; returns the bytes subsumed.
+    fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> u64 {
+        let Some(src) = src else { return 0 };
+        let s = &self.blocks[src];
+        if s.allocated || s.event_count > 0 || !s.stream_uses.is_empty() {
+            return 0;
+        }
+        self.remove_from_pool(src);
+        let s = self.blocks.remove(src);
+        let d_prev = self.blocks[dst].prev;
+        if d_prev == Some(src) {
+            let d = &mut self.blocks[dst];
+            d.addr = s.addr;
+            d.prev = s.prev;
+            d.context_when_segment_allocated = s.context_when_segment_allocated;
+            if let Some(p) = s.prev {
+                self.blocks[p].next = Some(dst);
+            }
+        } else {
+            self.blocks[dst].next = s.next;
+            if let Some(n) = s.next {
+                self.blocks[n].prev = Some(dst);
+            }
+        }
+        self.blocks[dst].size += s.size;
+        s.size
+    }
+}

@@ -1,0 +1,181 @@
+//! `check_invariants()`: walks every segment and recomputes every sum.
+//!
+//! With the `validate` feature it runs after every public operation, so a
+//! broken rule fails the operation that broke it.
+
+use super::CachingAllocator;
+use crate::device::Device;
+use crate::rounding::PoolKind;
+use crate::stats::StatArray;
+use std::collections::HashSet;
+
+/// A broken allocator invariant: always a bug in vramkit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{rule}: {detail}")]
+pub struct InvariantViolation {
+    /// The rule, in a few words.
+    pub rule: &'static str,
+    /// Which block or number broke it.
+    pub detail: String,
+}
+
+fn violation(rule: &'static str, detail: String) -> Result<(), InvariantViolation> {
+    Err(InvariantViolation { rule, detail })
+}
+
+#[derive(Default)]
+struct Sums {
+    segment: [i64; 2],
+    reserved: [i64; 2],
+    allocation: [i64; 2],
+    allocated_bytes: [i64; 2],
+    active: [i64; 2],
+    active_bytes: [i64; 2],
+    requested_bytes: [i64; 2],
+    inactive_split: [i64; 2],
+    inactive_split_bytes: [i64; 2],
+    oversize_allocations: i64,
+    oversize_segments: i64,
+}
+
+fn check_array(name: &'static str, array: &StatArray, sums: [i64; 2]) -> Result<(), InvariantViolation> {
+    let (small, large) = (array.small_pool.current, array.large_pool.current);
+    if small != sums[0] || large != sums[1] || array.all.current != small + large {
+        return violation(
+            "stats equal recomputed sums",
+            format!("{name}: small {small} large {large} all {} but blocks give small {} large {}", array.all.current, sums[0], sums[1]),
+        );
+    }
+    for s in [&array.all, &array.small_pool, &array.large_pool] {
+        if s.peak < s.current {
+            return violation("peak >= current", format!("{name}: peak {} < current {}", s.peak, s.current));
+        }
+    }
+    Ok(())
+}
+
+impl<D: Device> CachingAllocator<D> {
+    /// Checks every structural and statistical invariant; the first broken
+    /// one is returned.
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        let max_split = self.config.max_split_size();
+        let mut sums = Sums::default();
+        let mut seen = HashSet::new();
+        let mut total_reserved = 0u64;
+        let mut last_end = 0u64;
+        for head in self.segment_heads() {
+            let h = &self.blocks[head];
+            let (pool, stream) = (h.pool, h.stream);
+            let kind = self.pools[pool.0 as usize].kind;
+            let k = (kind == PoolKind::Large) as usize;
+            if h.addr < last_end {
+                return violation("segments do not overlap", format!("segment at {:#x} starts before {last_end:#x}", h.addr));
+            }
+            let (mut cursor, mut prev, mut expected_addr, mut size) = (Some(head), None, h.addr, 0u64);
+            let mut prev_free = false;
+            let segment_split = h.next.is_some();
+            while let Some(id) = cursor {
+                let b = &self.blocks[id];
+                if !seen.insert(id) {
+                    return violation("block lists are acyclic", format!("block {id:?} seen twice"));
+                }
+                if b.prev != prev {
+                    return violation("prev/next links agree", format!("block at {:#x}", b.addr));
+                }
+                if b.addr != expected_addr {
+                    return violation("blocks tile the segment", format!("block at {:#x}, expected {expected_addr:#x}", b.addr));
+                }
+                if b.pool != pool || b.stream != stream {
+                    return violation("a segment has one pool and stream", format!("block at {:#x}", b.addr));
+                }
+                if b.size == 0 || b.size % 512 != 0 {
+                    return violation("block sizes are positive multiples of 512", format!("block at {:#x} has {}", b.addr, b.size));
+                }
+                let free = !b.is_active();
+                if free && prev_free {
+                    return violation("merging is complete", format!("free neighbours at {:#x}", b.addr));
+                }
+                prev_free = free;
+                let in_pool = self.pools[pool.0 as usize].blocks.contains(&(b.stream.0, b.size, b.addr, id));
+                if free != in_pool {
+                    return violation("a block is in its pool iff it is free", format!("block at {:#x} free={free} in_pool={in_pool}", b.addr));
+                }
+                if b.allocated != (self.allocated.get(&b.addr) == Some(&id)) {
+                    return violation("allocated blocks are in the address map", format!("block at {:#x}", b.addr));
+                }
+                if b.stream_uses.contains(&b.stream) {
+                    return violation("stream uses exclude the own stream", format!("block at {:#x}", b.addr));
+                }
+                if b.allocated {
+                    sums.allocation[k] += 1;
+                    sums.allocated_bytes[k] += b.size as i64;
+                    if b.size >= max_split {
+                        sums.oversize_allocations += 1;
+                    }
+                }
+                if b.is_active() {
+                    sums.active[k] += 1;
+                    sums.active_bytes[k] += b.size as i64;
+                    sums.requested_bytes[k] += b.requested_size as i64;
+                } else if segment_split {
+                    sums.inactive_split[k] += 1;
+                    sums.inactive_split_bytes[k] += b.size as i64;
+                }
+                size += b.size;
+                expected_addr += b.size;
+                prev = Some(id);
+                cursor = b.next;
+            }
+            sums.segment[k] += 1;
+            if size >= max_split {
+                sums.oversize_segments += 1;
+            }
+            sums.reserved[k] += size as i64;
+            total_reserved += size;
+            last_end = h.addr + size;
+        }
+        if seen.len() != self.blocks.len() {
+            return violation("every block belongs to a segment", format!("{} blocks, {} reachable", self.blocks.len(), seen.len()));
+        }
+        let pooled: usize = self.pools.iter().map(|p| p.blocks.len()).sum();
+        let free_blocks = seen.iter().filter(|&&id| !self.blocks[id].is_active()).count();
+        if pooled != free_blocks {
+            return violation("pools hold only free blocks", format!("{pooled} pooled, {free_blocks} free"));
+        }
+        if self.allocated.len() != sums.allocation.iter().sum::<i64>() as usize {
+            return violation("the address map holds only allocated blocks", format!("{} entries", self.allocated.len()));
+        }
+        if total_reserved != self.total_allocated_memory {
+            return violation("total_allocated_memory is the sum of segments", format!("{} vs {total_reserved}", self.total_allocated_memory));
+        }
+        let pending: usize = self.cuda_events.values().map(|q| q.len()).sum();
+        let counted: u32 = seen.iter().map(|&id| self.blocks[id].event_count).sum();
+        if pending != counted as usize {
+            return violation("event counts match pending events", format!("{pending} pending, {counted} counted"));
+        }
+        let s = &self.stats;
+        check_array("segment", &s.segment, sums.segment)?;
+        check_array("reserved_bytes", &s.reserved_bytes, sums.reserved)?;
+        check_array("allocation", &s.allocation, sums.allocation)?;
+        check_array("allocated_bytes", &s.allocated_bytes, sums.allocated_bytes)?;
+        check_array("active", &s.active, sums.active)?;
+        check_array("active_bytes", &s.active_bytes, sums.active_bytes)?;
+        check_array("requested_bytes", &s.requested_bytes, sums.requested_bytes)?;
+        check_array("inactive_split", &s.inactive_split, sums.inactive_split)?;
+        check_array("inactive_split_bytes", &s.inactive_split_bytes, sums.inactive_split_bytes)?;
+        // Oversize stats follow the max_split_size at the time of each event;
+        // a runtime change of the setting makes them diverge, as in PyTorch.
+        if !self.max_split_size_changed {
+            if s.oversize_allocations.current != sums.oversize_allocations {
+                return violation("oversize_allocations", format!("{} vs {}", s.oversize_allocations.current, sums.oversize_allocations));
+            }
+            if s.oversize_segments.current != sums.oversize_segments {
+                return violation("oversize_segments", format!("{} vs {}", s.oversize_segments.current, sums.oversize_segments));
+            }
+        }
+        if self.set_fraction && self.total_allocated_memory > self.allowed_memory_maximum.max(self.total_allocated_memory) {
+            return violation("fraction limit", String::new());
+        }
+        Ok(())
+    }
+}

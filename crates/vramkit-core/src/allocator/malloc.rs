@@ -1,0 +1,284 @@
+//! `malloc` (spec section 3): search the pool, else grow, else climb the
+//! retry ladder, else raise an out-of-memory error.
+
+use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
+use crate::block::{Block, BlockId, PoolIdx};
+use crate::device::{Device, DeviceAddr, DeviceError, StreamId};
+use crate::error::Error;
+use crate::history::ContextLevel;
+use crate::oom::OutOfMemoryError;
+use crate::rounding::{get_allocation_size, round_size, PoolKind, LARGE_SPLIT_REMAINDER, MIN_BLOCK_SIZE, ONE_EXABYTE};
+use crate::snapshot::{Frames, TraceAction};
+
+/// One request on its way through `malloc` (PyTorch's `AllocParams`).
+#[derive(Clone, Debug)]
+pub(crate) struct AllocParams {
+    pub stream: StreamId,
+    /// Bytes asked for.
+    pub orig_size: u64,
+    /// `round_size(orig_size)`.
+    pub size: u64,
+    /// Bytes of a new segment for it.
+    pub alloc_size: u64,
+    pub pool: PoolIdx,
+    /// The block found or made.
+    pub block: Option<BlockId>,
+}
+
+impl<D: Device> CachingAllocator<D> {
+    pub(crate) fn malloc_impl(
+        &mut self,
+        orig_size: u64,
+        stream: StreamId,
+        context: Option<Frames>,
+    ) -> Result<BlockId, Error> {
+        if orig_size >= ONE_EXABYTE {
+            return Err(Error::OutOfMemory(Box::new(OutOfMemoryError::more_than_one_exabyte(
+                self.device_index,
+                orig_size,
+            ))));
+        }
+        self.process_events(&context);
+
+        let mut params = self.alloc_params(orig_size, stream);
+        let found = self.get_free_block(&mut params);
+        // Free-memory callbacks (CUDA IPC collection in PyTorch) free nothing
+        // here, so there is no second search.
+        if !found {
+            if self.gc_active() {
+                self.garbage_collect_cached_blocks(&context);
+            }
+            let ok = self.alloc_block(&mut params, false, &context)?
+                || (self.release_available_cached_blocks(&params, &context)
+                    && self.alloc_block(&mut params, false, &context)?)
+                || (self.release_cached_blocks(Some(&context)) && self.alloc_block(&mut params, true, &context)?);
+            if !ok {
+                return Err(self.out_of_memory(&params, context));
+            }
+        }
+        let block = params.block.expect("a block was found or made");
+        let split = self.should_split(block, params.size);
+        Ok(self.alloc_found_block(&params, block, split, context))
+    }
+
+    pub(crate) fn alloc_params(&self, orig_size: u64, stream: StreamId) -> AllocParams {
+        let size = round_size(orig_size, &self.config.roundup_power2_divisions);
+        let pool = self.get_pool(size, stream);
+        AllocParams {
+            stream,
+            orig_size,
+            size,
+            alloc_size: get_allocation_size(size, self.config.large_segment_size_bytes),
+            pool,
+            block: None,
+        }
+    }
+
+    /// The pool for a rounded size. Private-pool routing plugs in here.
+    #[inline]
+    fn get_pool(&self, size: u64, _stream: StreamId) -> PoolIdx {
+        match PoolKind::for_size(size) {
+            PoolKind::Small => SMALL_POOL,
+            PoolKind::Large => LARGE_POOL,
+        }
+    }
+
+    /// Garbage collection runs only with a fraction limit and a threshold.
+    #[inline]
+    pub(crate) fn gc_active(&self) -> bool {
+        self.set_fraction && self.config.garbage_collection_threshold > 0.0
+    }
+
+    /// 3.1: best fit in the request's pool and stream, with the oversize rules.
+    pub(crate) fn get_free_block(&mut self, params: &mut AllocParams) -> bool {
+        let gc_active = self.gc_active();
+        let pool = &mut self.pools[params.pool.0 as usize];
+        if gc_active {
+            pool.get_free_blocks_call_count += 1;
+        }
+        let Some(key) = pool.lower_bound(params.stream, params.size) else {
+            return false;
+        };
+        let (key_stream, key_size, _, id) = key;
+        if key_stream != params.stream.0 {
+            return false;
+        }
+        let max_split_size = self.config.max_split_size();
+        // An oversize cached block is never used for a request that is not oversize.
+        if params.size < max_split_size && key_size >= max_split_size {
+            return false;
+        }
+        // An oversize request may reuse a block only a little larger than it.
+        if params.size >= max_split_size && key_size >= params.size.saturating_add(self.config.oversize_tolerance()) {
+            return false;
+        }
+        pool.blocks.remove(&key);
+        params.block = Some(id);
+        true
+    }
+
+    /// 3.2: a new segment from the device. `Ok(false)` is out-of-memory
+    /// (fraction cap or a refused `cudaMalloc`); other device errors are raised.
+    pub(crate) fn alloc_block(
+        &mut self,
+        params: &mut AllocParams,
+        is_retry: bool,
+        context: &Option<Frames>,
+    ) -> Result<bool, Error> {
+        if is_retry {
+            self.stats.account_alloc_retry();
+        }
+        let size = params.alloc_size;
+        if self.set_fraction && self.total_allocated_memory.saturating_add(size) > self.allowed_memory_maximum {
+            return Ok(false);
+        }
+        let addr = match self.device.malloc(size, params.stream) {
+            Ok(addr) => addr,
+            Err(DeviceError::OutOfMemory { .. }) => return Ok(false),
+            Err(other) => return Err(Error::Device(other)),
+        };
+        self.total_allocated_memory += size;
+        let kind = self.pools[params.pool.0 as usize].kind;
+        let oversize = size >= self.config.max_split_size();
+        self.stats.account_segment_alloc(kind, size, oversize);
+        let frames = self.trace_frames(context, ContextLevel::Alloc);
+        self.record_trace(TraceAction::SegmentAlloc, addr.0, size, params.stream, frames);
+        let keep_context = self.history.as_ref().is_some_and(|h| h.config.context >= ContextLevel::State);
+        let id = self.blocks.insert(Block {
+            addr: addr.0,
+            size,
+            requested_size: 0,
+            stream: params.stream,
+            pool: params.pool,
+            prev: None,
+            next: None,
+            allocated: false,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            gc_count_base: 0,
+            context_when_allocated: None,
+            context_when_segment_allocated: if keep_context { context.clone() } else { None },
+        });
+        params.block = Some(id);
+        Ok(true)
+    }
+
+    /// 3.3: split the block, or hand it out whole?
+    #[inline]
+    pub(crate) fn should_split(&self, block: BlockId, size: u64) -> bool {
+        let block = &self.blocks[block];
+        let remaining = block.size - size;
+        if self.pools[block.pool.0 as usize].is_small() || self.config.expandable_segments {
+            remaining >= MIN_BLOCK_SIZE
+        } else {
+            size < self.config.max_split_size() && remaining > LARGE_SPLIT_REMAINDER
+        }
+    }
+
+    /// 3.5: carve the allocation from the low end of `id` and account for it.
+    pub(crate) fn alloc_found_block(
+        &mut self,
+        params: &AllocParams,
+        id: BlockId,
+        split: bool,
+        context: Option<Frames>,
+    ) -> BlockId {
+        let size = params.size;
+        let already_split = self.blocks[id].is_split();
+        let mut inactive_split = (0i64, 0i64);
+        let block = if split {
+            // The free block keeps its identity as the remainder; a new block
+            // takes its low end.
+            let remaining = id;
+            let (addr, prev) = {
+                let r = &self.blocks[remaining];
+                (r.addr, r.prev)
+            };
+            let new_block = self.blocks.insert(Block {
+                addr,
+                size,
+                requested_size: 0,
+                stream: params.stream,
+                pool: params.pool,
+                prev,
+                next: Some(remaining),
+                allocated: false,
+                event_count: 0,
+                stream_uses: Vec::new(),
+                gc_count_base: 0,
+                context_when_allocated: None,
+                context_when_segment_allocated: None,
+            });
+            // As in PyTorch, the segment's cudaMalloc stack stays on the old
+            // block even when the new one becomes the head; snapshots then show
+            // no segment stack for a split segment.
+            if let Some(p) = prev {
+                self.blocks[p].next = Some(new_block);
+            }
+            let r = &mut self.blocks[remaining];
+            r.prev = Some(new_block);
+            r.addr += size;
+            r.size -= size;
+            let remaining_size = r.size;
+            self.insert_into_pool(remaining);
+            if already_split {
+                inactive_split = (0, -(size as i64));
+            } else {
+                inactive_split = (1, remaining_size as i64);
+            }
+            new_block
+        } else {
+            if already_split {
+                inactive_split = (-1, -(self.blocks[id].size as i64));
+            }
+            id
+        };
+
+        let keep_context = self.history.as_ref().is_some_and(|h| h.config.context >= ContextLevel::State);
+        let b = &mut self.blocks[block];
+        b.allocated = true;
+        b.requested_size = params.orig_size;
+        b.context_when_allocated = if keep_context { context.clone() } else { None };
+        let (addr, block_size) = (b.addr, b.size);
+        let frames = self.trace_frames(&context, ContextLevel::Alloc);
+        self.record_trace(TraceAction::Alloc, addr, params.orig_size, params.stream, frames);
+        self.allocated.insert(addr, block);
+        let kind = self.pools[params.pool.0 as usize].kind;
+        let oversize = block_size >= self.config.max_split_size();
+        self.stats.account_block_allocated(kind, block_size, params.orig_size, oversize, inactive_split);
+        block
+    }
+
+    /// Puts a free block into its pool, resetting its age.
+    #[inline]
+    pub(crate) fn insert_into_pool(&mut self, id: BlockId) {
+        let b = &mut self.blocks[id];
+        let pool = &mut self.pools[b.pool.0 as usize];
+        b.gc_count_base = pool.get_free_blocks_call_count;
+        let inserted = pool.blocks.insert((b.stream.0, b.size, b.addr, id));
+        debug_assert!(inserted, "block {id:?} was already in its pool");
+    }
+
+    /// Takes a free block out of its pool.
+    #[inline]
+    pub(crate) fn remove_from_pool(&mut self, id: BlockId) {
+        let b = &self.blocks[id];
+        let removed = self.pools[b.pool.0 as usize].blocks.remove(&(b.stream.0, b.size, b.addr, id));
+        debug_assert!(removed, "block {id:?} was not in its pool");
+    }
+
+    /// 3.4: record the failure and build the error.
+    fn out_of_memory(&mut self, params: &AllocParams, context: Option<Frames>) -> Error {
+        let info = self.device.mem_get_info();
+        let frames = self.trace_frames(&context, ContextLevel::Alloc);
+        self.record_trace(TraceAction::Oom, info.free_bytes, params.size, params.stream, frames);
+        self.stats.account_oom();
+        Error::OutOfMemory(Box::new(self.oom_error(params, info)))
+    }
+
+    /// The pointer as the caller sees it.
+    #[allow(dead_code)]
+    pub(crate) fn addr_of(&self, id: BlockId) -> DeviceAddr {
+        DeviceAddr(self.blocks[id].addr)
+    }
+}

@@ -1,0 +1,345 @@
+//! `CachingAllocator`: PyTorch's `DeviceCachingAllocator` for one device.
+//!
+//! The public operations live here; the algorithm is split by job:
+//! `malloc.rs` (search, new segments, the retry ladder, splitting),
+//! `free.rs` (free, merging, stream events), `release.rs` (returning
+//! segments to the device: targeted release, `empty_cache`, garbage
+//! collection), `snapshot.rs` (state export), `invariants.rs` (the checker).
+
+mod free;
+mod invariants;
+mod malloc;
+mod release;
+mod snapshot;
+mod what_if;
+
+pub use invariants::InvariantViolation;
+
+use crate::block::{BlockArena, BlockId, PendingEvent, PoolIdx};
+use crate::config::AllocatorConfig;
+use crate::device::{Device, DeviceAddr, StreamId};
+use crate::error::Error;
+use crate::history::{History, HistoryConfig};
+use crate::pool::BlockPool;
+use crate::rounding::PoolKind;
+use crate::snapshot::{Frames, MempoolId};
+use crate::stats::DeviceStats;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// The default large pool's index.
+pub(crate) const LARGE_POOL: PoolIdx = PoolIdx(0);
+/// The default small pool's index.
+pub(crate) const SMALL_POOL: PoolIdx = PoolIdx(1);
+
+/// A caching allocator for one device, with PyTorch's semantics.
+///
+/// ```
+/// use vramkit_core::{AllocatorConfig, CachingAllocator, StreamId};
+/// use vramkit_sim::SimDevice;
+///
+/// let mut alloc = CachingAllocator::new(SimDevice::new(8 << 30), AllocatorConfig::pytorch_default());
+/// let p = alloc.malloc(1000, StreamId(0)).unwrap();
+/// alloc.free(p).unwrap();
+/// assert_eq!(alloc.stats().reserved_bytes.all.current, 2 << 20); // cached, not returned
+/// alloc.empty_cache();
+/// assert_eq!(alloc.stats().reserved_bytes.all.current, 0);
+/// ```
+#[derive(Debug)]
+pub struct CachingAllocator<D: Device> {
+    pub(crate) device: D,
+    pub(crate) device_index: i64,
+    pub(crate) config: AllocatorConfig,
+    pub(crate) blocks: BlockArena,
+    /// Index 0: default large pool, 1: default small pool; private pools after.
+    pub(crate) pools: Vec<BlockPool>,
+    /// Allocated blocks by address (PyTorch's `allocated_blocks`).
+    pub(crate) allocated: HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>,
+    /// Pending `record_stream` events per stream, oldest first.
+    pub(crate) cuda_events: BTreeMap<StreamId, VecDeque<PendingEvent>>,
+    pub(crate) stats: DeviceStats,
+    /// Bytes of all segments and mapped pages of this device, all pools.
+    pub(crate) total_allocated_memory: u64,
+    /// A fraction limit is in effect (PyTorch's `set_fraction`).
+    pub(crate) set_fraction: bool,
+    /// The limit in bytes when `set_fraction`.
+    pub(crate) allowed_memory_maximum: u64,
+    pub(crate) history: Option<History>,
+    /// `max_split_size` has been changed since construction, so the oversize
+    /// counters mix thresholds (as in PyTorch) and cannot be recomputed.
+    pub(crate) max_split_size_changed: bool,
+}
+
+/// A fast hasher for 512-byte-aligned addresses.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (x >> 9).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+impl<D: Device> CachingAllocator<D> {
+    /// An allocator for `device` with `config`, as PyTorch constructs one on
+    /// first use of a device: `max_split_size` is captured for the stats and
+    /// `per_process_memory_fraction` is applied.
+    pub fn new(device: D, config: AllocatorConfig) -> Self {
+        let mut allocator = CachingAllocator {
+            device,
+            device_index: 0,
+            stats: DeviceStats {
+                max_split_size: config.max_split_size_bytes.map_or(-1, |b| b as i64),
+                ..DeviceStats::default()
+            },
+            pools: vec![BlockPool::new(PoolKind::Large, (0, 0)), BlockPool::new(PoolKind::Small, (0, 0))],
+            config,
+            blocks: BlockArena::default(),
+            allocated: HashMap::default(),
+            cuda_events: BTreeMap::new(),
+            total_allocated_memory: 0,
+            set_fraction: false,
+            allowed_memory_maximum: 0,
+            history: None,
+            max_split_size_changed: false,
+        };
+        if allocator.config.per_process_memory_fraction < 1.0 {
+            allocator.apply_memory_fraction(allocator.config.per_process_memory_fraction);
+        }
+        allocator
+    }
+
+    /// Sets the device index shown in snapshots, summaries and OOM messages.
+    pub fn with_device_index(mut self, index: i64) -> Self {
+        self.device_index = index;
+        self
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The device, mutably (tests use it to complete events or inject failures).
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
+    /// The current settings.
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+
+    /// The statistics (`torch.cuda.memory_stats()` as a struct).
+    pub fn stats(&self) -> &DeviceStats {
+        &self.stats
+    }
+
+    /// `torch.cuda.memory_stats()`: every key, sorted.
+    pub fn memory_stats(&self) -> BTreeMap<String, i64> {
+        self.stats.to_map()
+    }
+
+    /// Bytes of all segments and mapped pages (PyTorch's `total_allocated_memory`).
+    pub fn total_reserved_bytes(&self) -> u64 {
+        self.total_allocated_memory
+    }
+
+    /// `malloc` with no stack context. A zero-byte request returns the null
+    /// address and changes nothing, as PyTorch's front end does.
+    pub fn malloc(&mut self, size: u64, stream: StreamId) -> Result<DeviceAddr, Error> {
+        self.malloc_with_context(size, stream, None)
+    }
+
+    /// `malloc`, remembering `context` (the caller's stack) for snapshots and history.
+    pub fn malloc_with_context(
+        &mut self,
+        size: u64,
+        stream: StreamId,
+        context: Option<Frames>,
+    ) -> Result<DeviceAddr, Error> {
+        if size == 0 {
+            return Ok(DeviceAddr(0));
+        }
+        let result = self.malloc_impl(size, stream, context).map(|id| DeviceAddr(self.blocks[id].addr));
+        self.validate();
+        result
+    }
+
+    /// `free` of an address `malloc` returned. Freeing the null address does nothing.
+    pub fn free(&mut self, ptr: DeviceAddr) -> Result<(), Error> {
+        self.free_with_context(ptr, None)
+    }
+
+    /// `free`, with the stack of the free site for history at context level `All`.
+    pub fn free_with_context(&mut self, ptr: DeviceAddr, context: Option<Frames>) -> Result<(), Error> {
+        if ptr.0 == 0 {
+            return Ok(());
+        }
+        let id = self.allocated.remove(&ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
+        self.free_impl(id, context);
+        self.validate();
+        Ok(())
+    }
+
+    /// `Tensor.record_stream(stream)`: the block at `ptr` is also used on
+    /// `stream`, so after it is freed it is not reused until the work queued
+    /// on `stream` so far has completed. Uses on the block's own stream are ignored.
+    pub fn record_stream(&mut self, ptr: DeviceAddr, stream: StreamId) -> Result<(), Error> {
+        let id = *self.allocated.get(&ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
+        let block = &mut self.blocks[id];
+        if block.stream != stream {
+            if let Err(at) = block.stream_uses.binary_search(&stream) {
+                block.stream_uses.insert(at, stream);
+            }
+        }
+        self.validate();
+        Ok(())
+    }
+
+    /// `torch.cuda.empty_cache()`: wait for pending stream events, then give
+    /// every wholly free segment back to the device.
+    pub fn empty_cache(&mut self) {
+        self.release_cached_blocks(None);
+        self.validate();
+    }
+
+    /// `torch.cuda.reset_peak_memory_stats()`.
+    pub fn reset_peak_stats(&mut self) {
+        self.stats.reset_peak();
+    }
+
+    /// `torch.cuda.reset_accumulated_memory_stats()`.
+    pub fn reset_accumulated_stats(&mut self) {
+        self.stats.reset_accumulated();
+    }
+
+    /// `torch.cuda.set_per_process_memory_fraction(fraction)`: cap this
+    /// allocator's reserved bytes at `fraction` of the device's memory.
+    pub fn set_memory_fraction(&mut self, fraction: f64) -> Result<(), Error> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(Error::InvalidFraction { fraction });
+        }
+        self.config.per_process_memory_fraction = fraction;
+        self.apply_memory_fraction(fraction);
+        Ok(())
+    }
+
+    fn apply_memory_fraction(&mut self, fraction: f64) {
+        let total = self.device.mem_get_info().total_bytes;
+        self.allowed_memory_maximum = (fraction * total as f64) as u64;
+        self.set_fraction = fraction < 1.0 || self.config.compat.fraction_limit_when_ever_set;
+    }
+
+    /// The fraction limit in bytes, when one is in effect.
+    pub fn memory_limit_bytes(&self) -> Option<u64> {
+        self.set_fraction.then_some(self.allowed_memory_maximum)
+    }
+
+    /// Applies the keys a `PYTORCH_CUDA_ALLOC_CONF`-style string names and
+    /// leaves the others as they are. `memory_stats()["max_split_size"]`
+    /// keeps its construction-time value, as in PyTorch.
+    pub fn update_settings(&mut self, conf: &str) -> Result<(), Error> {
+        let fraction_before = self.config.per_process_memory_fraction;
+        let max_split_before = self.config.max_split_size_bytes;
+        self.config.update(conf)?;
+        self.max_split_size_changed |= self.config.max_split_size_bytes != max_split_before;
+        if self.config.per_process_memory_fraction != fraction_before {
+            self.apply_memory_fraction(self.config.per_process_memory_fraction);
+        }
+        Ok(())
+    }
+
+    /// Replaces every setting at once (the fraction is re-applied).
+    pub fn set_config(&mut self, config: AllocatorConfig) -> Result<(), Error> {
+        config.validate()?;
+        self.max_split_size_changed |= config.max_split_size_bytes != self.config.max_split_size_bytes;
+        self.config = config;
+        self.apply_memory_fraction(self.config.per_process_memory_fraction);
+        Ok(())
+    }
+
+    /// `max_split_size_mb` at run time, in bytes (`None`: unlimited).
+    pub fn set_max_split_size(&mut self, bytes: Option<u64>) -> Result<(), Error> {
+        let config = AllocatorConfig { max_split_size_bytes: bytes, ..self.config.clone() };
+        self.set_config(config)
+    }
+
+    /// `garbage_collection_threshold` at run time (0 turns it off).
+    pub fn set_garbage_collection_threshold(&mut self, threshold: f64) -> Result<(), Error> {
+        let config = AllocatorConfig { garbage_collection_threshold: threshold, ..self.config.clone() };
+        self.set_config(config)
+    }
+
+    /// `roundup_power2_divisions:N` at run time.
+    pub fn set_roundup_power2_divisions(&mut self, divisions: u64) -> Result<(), Error> {
+        let config = AllocatorConfig {
+            roundup_power2_divisions: [divisions; crate::rounding::ROUNDUP_INTERVALS],
+            ..self.config.clone()
+        };
+        self.set_config(config)
+    }
+
+    /// Starts (or with `None` stops and clears) history recording.
+    pub fn record_history(&mut self, config: Option<HistoryConfig>) {
+        self.history = config.map(History::new);
+    }
+
+    /// The rounded size of the block at `ptr`, if it is allocated here.
+    pub fn block_size(&self, ptr: DeviceAddr) -> Option<u64> {
+        self.allocated.get(&ptr.0).map(|&id| self.blocks[id].size)
+    }
+
+    /// Number of allocated blocks.
+    pub fn allocated_count(&self) -> usize {
+        self.allocated.len()
+    }
+
+    #[inline]
+    pub(crate) fn record_trace(
+        &mut self,
+        action: crate::snapshot::TraceAction,
+        addr: u64,
+        size: u64,
+        stream: StreamId,
+        frames: Option<Frames>,
+    ) {
+        if let Some(history) = &mut self.history {
+            let time_us = self.device.time_us();
+            history.record(action, addr, size, stream.0, time_us, frames);
+        }
+    }
+
+    /// Frames to keep on a trace entry, given the recording's context level.
+    #[inline]
+    pub(crate) fn trace_frames(&self, frames: &Option<Frames>, min: crate::history::ContextLevel) -> Option<Frames> {
+        match &self.history {
+            Some(h) if h.config.context >= min => frames.clone(),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn pool_id_of(&self, pool: PoolIdx) -> MempoolId {
+        self.pools[pool.0 as usize].owner
+    }
+
+    #[inline(always)]
+    fn validate(&self) {
+        #[cfg(feature = "validate")]
+        if let Err(violation) = self.check_invariants() {
+            panic!("allocator invariant broken: {violation}");
+        }
+    }
+}

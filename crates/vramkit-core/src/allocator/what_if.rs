@@ -1,0 +1,156 @@
+//! The OOM diagnosis: measure the free cache, and retry the failed request
+//! on a copy of the allocator's state under other settings.
+
+use super::malloc::AllocParams;
+use super::CachingAllocator;
+use crate::config::AllocatorConfig;
+use crate::device::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
+use crate::oom::{OomDiagnosis, OutOfMemoryError};
+
+/// A stand-in device for what-if runs: it has the real device's free bytes
+/// left, hands out fresh addresses above everything, and completes events at once.
+#[derive(Clone, Debug)]
+struct WhatIfDevice {
+    free_bytes: u64,
+    total_bytes: u64,
+    next_address: u64,
+}
+
+impl Device for WhatIfDevice {
+    fn malloc(&mut self, size_bytes: u64, _stream: StreamId) -> Result<DeviceAddr, DeviceError> {
+        if size_bytes > self.free_bytes {
+            return Err(DeviceError::OutOfMemory { requested_bytes: size_bytes });
+        }
+        self.free_bytes -= size_bytes;
+        let addr = self.next_address;
+        self.next_address += size_bytes.div_ceil(2 << 20) * (2 << 20);
+        Ok(DeviceAddr(addr))
+    }
+    fn free(&mut self, _addr: DeviceAddr, size_bytes: u64) {
+        self.free_bytes += size_bytes;
+    }
+    fn mem_get_info(&self) -> MemInfo {
+        MemInfo { free_bytes: self.free_bytes, total_bytes: self.total_bytes }
+    }
+    fn record_event(&mut self, _stream: StreamId) -> EventId {
+        EventId(0)
+    }
+    fn query_event(&mut self, _event: EventId) -> bool {
+        true
+    }
+    fn synchronize_event(&mut self, _event: EventId) {}
+    fn destroy_event(&mut self, _event: EventId) {}
+}
+
+impl<D: Device> CachingAllocator<D> {
+    /// A copy of every block, pool and statistic, on another device.
+    fn clone_state_onto<E: Device>(&self, device: E) -> CachingAllocator<E> {
+        CachingAllocator {
+            device,
+            device_index: self.device_index,
+            config: self.config.clone(),
+            blocks: self.blocks.clone(),
+            pools: self.pools.clone(),
+            allocated: self.allocated.clone(),
+            cuda_events: self.cuda_events.clone(),
+            stats: self.stats,
+            total_allocated_memory: self.total_allocated_memory,
+            set_fraction: self.set_fraction,
+            allowed_memory_maximum: self.allowed_memory_maximum,
+            history: None,
+            max_split_size_changed: self.max_split_size_changed,
+        }
+    }
+
+    /// Would `malloc(size, stream)` succeed from the current state under `config`?
+    /// The allocator itself is not changed.
+    pub fn would_fit_with(&self, size: u64, stream: StreamId, config: &AllocatorConfig) -> bool {
+        let info = self.device.mem_get_info();
+        let top = self.blocks.iter().map(|(_, b)| b.addr + b.size).max().unwrap_or(0);
+        let device = WhatIfDevice {
+            free_bytes: info.free_bytes,
+            total_bytes: info.total_bytes,
+            next_address: (top + (2 << 20)).next_multiple_of(2 << 20),
+        };
+        let mut copy = self.clone_state_onto(device);
+        if copy.set_config(config.clone()).is_err() {
+            return false;
+        }
+        copy.malloc_impl(size, stream, None).is_ok()
+    }
+
+    /// The settings worth trying for a failed request, as (conf string, config).
+    fn candidate_fixes(&self) -> Vec<(String, AllocatorConfig)> {
+        let mut out = Vec::new();
+        let base = &self.config;
+        if self.set_fraction {
+            let mut c = base.clone();
+            c.per_process_memory_fraction = 1.0;
+            c.compat.fraction_limit_when_ever_set = false;
+            out.push(("per_process_memory_fraction:1.0".to_string(), c));
+        }
+        if base.roundup_power2_divisions.iter().any(|&d| d > 1) {
+            let mut c = base.clone();
+            c.roundup_power2_divisions = [0; crate::rounding::ROUNDUP_INTERVALS];
+            out.push(("roundup_power2_divisions:[>:0] (no power-of-two rounding)".to_string(), c));
+        }
+        if base.max_split_size_bytes.is_some() {
+            let mut c = base.clone();
+            c.max_split_size_bytes = None;
+            out.push(("max_split_size_mb unset".to_string(), c));
+        }
+        out
+    }
+
+    /// Builds the error for a request that the retry ladder could not serve.
+    pub(crate) fn oom_error(&self, params: &AllocParams, info: MemInfo) -> OutOfMemoryError {
+        let pool = &self.pools[params.pool.0 as usize];
+        let (mut free_bytes, mut free_blocks, mut largest) = (0u64, 0u64, 0u64);
+        for &(stream, size, _, _) in &pool.blocks {
+            if stream == params.stream.0 {
+                free_bytes += size;
+                free_blocks += 1;
+                largest = largest.max(size);
+            }
+        }
+        let free_all: u64 = self.pools.iter().flat_map(|p| p.blocks.iter()).map(|k| k.1).sum();
+        let pending: u64 = self
+            .blocks
+            .iter()
+            .filter(|(_, b)| !b.allocated && b.is_active())
+            .map(|(_, b)| b.size)
+            .sum();
+        let mut fits = Vec::new();
+        let mut tried = Vec::new();
+        for (name, config) in self.candidate_fixes() {
+            if self.would_fit_with(params.orig_size, params.stream, &config) {
+                fits.push(name);
+            } else {
+                tried.push(name);
+            }
+        }
+        OutOfMemoryError {
+            device: self.device_index,
+            requested_bytes: params.orig_size,
+            alloc_size_bytes: params.alloc_size,
+            total_capacity_bytes: info.total_bytes,
+            device_free_bytes: info.free_bytes,
+            limit_bytes: self.memory_limit_bytes(),
+            allocated_bytes: self.stats.allocated_bytes.all.current as u64,
+            reserved_bytes: self.stats.reserved_bytes.all.current as u64,
+            private_pool_free_bytes: 0,
+            more_than_one_exabyte: false,
+            diagnosis: Some(OomDiagnosis {
+                rounded_size_bytes: params.size,
+                free_cached_bytes: free_bytes,
+                free_cached_blocks: free_blocks,
+                largest_free_block_bytes: largest,
+                free_cached_bytes_all_pools: free_all,
+                pending_free_bytes: pending,
+                fragmentation: free_bytes >= params.size && largest < params.size,
+                settings_that_fit: fits,
+                settings_tried: tried,
+            }),
+        }
+    }
+}

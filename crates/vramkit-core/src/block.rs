@@ -1,0 +1,139 @@
+//! Blocks: the host-side record of one address range inside a segment.
+//!
+//! A segment (one `cudaMalloc` range) is a doubly linked list of blocks in
+//! address order that tile it exactly:
+//!
+//! ```text
+//!  segment base                                          base + size
+//!  |<-- block A -->|<------ block B ------>|<-- block C -->|
+//!  | allocated     | free (in a pool)      | allocated     |
+//!  prev: None      prev: A                 prev: B
+//!  next: B         next: C                 next: None
+//! ```
+//!
+//! Blocks live in an arena (`BlockArena`) and link to each other by
+//! [`BlockId`], never by pointer. A block is *split* when it has a
+//! neighbour; a segment is *whole* (releasable) when its only block has none.
+
+use crate::device::{EventId, StreamId};
+use crate::snapshot::Frames;
+
+/// Index of a block in the arena.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct BlockId(pub(crate) u32);
+
+/// Index of a [`crate::pool::BlockPool`] in the allocator.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct PoolIdx(pub(crate) u16);
+
+/// One block. Field invariants are checked by `check_invariants`.
+#[derive(Clone, Debug)]
+pub(crate) struct Block {
+    /// Device address of the first byte.
+    pub addr: u64,
+    /// Bytes; `prev.addr + prev.size == addr` when `prev` is set.
+    pub size: u64,
+    /// Unrounded bytes of the last allocation that used this block (stale when free).
+    pub requested_size: u64,
+    /// Stream of the whole segment.
+    pub stream: StreamId,
+    /// The pool this block returns to; every block of a segment has the same one.
+    pub pool: PoolIdx,
+    /// Lower neighbour in the same segment.
+    pub prev: Option<BlockId>,
+    /// Upper neighbour in the same segment.
+    pub next: Option<BlockId>,
+    /// Handed to the user and not yet freed by them.
+    pub allocated: bool,
+    /// Events still pending from `record_stream` uses; the block is reusable only at 0.
+    pub event_count: u32,
+    /// Other streams that used this block (`record_stream`); sorted, no duplicates,
+    /// never the block's own stream. Empty for almost every block.
+    pub stream_uses: Vec<StreamId>,
+    /// The pool's `get_free_blocks_call_count` when the block last entered the free set.
+    pub gc_count_base: u64,
+    /// Stack of the allocation that holds this block.
+    pub context_when_allocated: Option<Frames>,
+    /// Stack of the `cudaMalloc` that made the segment (kept on the head block).
+    pub context_when_segment_allocated: Option<Frames>,
+}
+
+impl Block {
+    /// Has a neighbour in its segment.
+    #[inline]
+    pub fn is_split(&self) -> bool {
+        self.prev.is_some() || self.next.is_some()
+    }
+
+    /// Allocated, or freed but waiting on stream events: not reusable.
+    #[inline]
+    pub fn is_active(&self) -> bool {
+        self.allocated || self.event_count > 0 || !self.stream_uses.is_empty()
+    }
+}
+
+/// The arena: a `Vec` of slots with a free list of vacant ones.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct BlockArena {
+    slots: Vec<Option<Block>>,
+    vacant: Vec<u32>,
+}
+
+impl BlockArena {
+    #[inline]
+    pub fn insert(&mut self, block: Block) -> BlockId {
+        if let Some(i) = self.vacant.pop() {
+            self.slots[i as usize] = Some(block);
+            BlockId(i)
+        } else {
+            let i = u32::try_from(self.slots.len()).expect("more than 4 billion blocks");
+            self.slots.push(Some(block));
+            BlockId(i)
+        }
+    }
+
+    #[inline]
+    pub fn remove(&mut self, id: BlockId) -> Block {
+        let block = self.slots[id.0 as usize].take().expect("remove of a vacant block slot");
+        self.vacant.push(id.0);
+        block
+    }
+
+    /// Every live block.
+    pub fn iter(&self) -> impl Iterator<Item = (BlockId, &Block)> {
+        self.slots.iter().enumerate().filter_map(|(i, b)| b.as_ref().map(|b| (BlockId(i as u32), b)))
+    }
+
+    /// Number of live blocks.
+    pub fn len(&self) -> usize {
+        self.slots.len() - self.vacant.len()
+    }
+
+    /// The pending event records, kept here so the arena is the one owner of block data.
+    #[allow(dead_code)]
+    pub fn contains(&self, id: BlockId) -> bool {
+        self.slots.get(id.0 as usize).is_some_and(Option::is_some)
+    }
+}
+
+impl std::ops::Index<BlockId> for BlockArena {
+    type Output = Block;
+    #[inline]
+    fn index(&self, id: BlockId) -> &Block {
+        self.slots[id.0 as usize].as_ref().expect("use of a vacant block slot")
+    }
+}
+
+impl std::ops::IndexMut<BlockId> for BlockArena {
+    #[inline]
+    fn index_mut(&mut self, id: BlockId) -> &mut Block {
+        self.slots[id.0 as usize].as_mut().expect("use of a vacant block slot")
+    }
+}
+
+/// A pending `record_stream` event and the block it holds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PendingEvent {
+    pub event: EventId,
+    pub block: BlockId,
+}

@@ -1,0 +1,43 @@
+//! The core's error type.
+
+use crate::config::ConfigError;
+use crate::device::{DeviceAddr, DeviceError};
+use crate::oom::OutOfMemoryError;
+
+/// What can go wrong in a public allocator call.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The request cannot be served even after releasing the cache.
+    #[error("{0}")]
+    OutOfMemory(Box<OutOfMemoryError>),
+    /// The device failed with something other than out-of-memory.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// `free` or `record_stream` of an address this allocator did not hand out
+    /// (or already took back).
+    #[error("{addr} was not allocated by this allocator, or was already freed: pass an address that malloc returned, once")]
+    UnknownPointer {
+        /// The address passed.
+        addr: DeviceAddr,
+    },
+    /// A settings string or value was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `set_memory_fraction` with a value outside [0, 1].
+    #[error("invalid memory fraction {fraction}: the allowed range is 0.0 to 1.0 (PyTorch: \"Invalid fraction value: {fraction}. Allowed range: 0~1\")")]
+    InvalidFraction {
+        /// The value passed.
+        fraction: f64,
+    },
+}
+
+impl Error {
+    /// The out-of-memory details, if this is one.
+    pub fn as_oom(&self) -> Option<&OutOfMemoryError> {
+        match self {
+            Error::OutOfMemory(oom) => Some(oom),
+            _ => None,
+        }
+    }
+}
