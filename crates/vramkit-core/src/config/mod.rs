@@ -3,7 +3,9 @@
 //! `AllocatorConfig::pytorch_default()` is what PyTorch runs with when the
 //! variable is unset. [`AllocatorConfig::parse`] reads the string form
 //! (`parse.rs`), [`AllocatorConfigBuilder`] is the typed form, and
-//! [`AllocatorConfig::update`] changes only the keys a string names.
+//! [`AllocatorConfig::update`] changes only the keys a string names, and
+//! [`AllocatorConfig::set_allocator_settings_pytorch`] replays PyTorch's own
+//! runtime setter, which first resets some keys it is not given.
 //! Behaviour that differs between PyTorch releases is in [`Compat`].
 
 mod compat;
@@ -106,7 +108,13 @@ impl AllocatorConfig {
 
     /// Parses a `PYTORCH_CUDA_ALLOC_CONF` string on top of PyTorch's defaults.
     pub fn parse(conf: &str) -> Result<Self, ConfigError> {
-        let mut config = Self::pytorch_default();
+        Self::parse_with_compat(conf, Compat::R26)
+    }
+
+    /// Parses a settings string as the PyTorch with these switches would:
+    /// which keys exist and their limits depend on the generation.
+    pub fn parse_with_compat(conf: &str, compat: Compat) -> Result<Self, ConfigError> {
+        let mut config = AllocatorConfig { compat, ..Self::pytorch_default() };
         config.update(conf)?;
         Ok(config)
     }
