@@ -8,8 +8,12 @@ pub mod history;
 pub mod rounding;
 pub mod snapshot;
 pub mod stats;
+pub mod summary;
 
 pub use config::{AllocatorConfig, ConfigError};
 pub use device::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
 pub use rounding::PoolKind;
 pub use stats::{DeviceStats, Stat, StatArray};
+pub use summary::{
+    memory_summary, parse_memory_summary, ParsedSummary, SummaryLayout, SummaryParseError,
+};
