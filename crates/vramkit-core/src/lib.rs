@@ -5,6 +5,7 @@
 pub mod config;
 pub mod device;
 pub mod history;
+pub mod oom_message;
 pub mod rounding;
 pub mod snapshot;
 pub mod stats;
@@ -12,6 +13,9 @@ pub mod summary;
 
 pub use config::{AllocatorConfig, ConfigError};
 pub use device::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
+pub use oom_message::{
+    format_size, ExabyteOomMessage, MessageStyle, OomMessage, Platform, ProcessMemory,
+};
 pub use rounding::PoolKind;
 pub use stats::{DeviceStats, Stat, StatArray};
 pub use summary::{
