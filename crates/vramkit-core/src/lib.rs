@@ -14,6 +14,7 @@ mod pool;
 pub mod rounding;
 pub mod snapshot;
 pub mod stats;
+pub mod summary;
 
 pub use allocator::{AddrHasher, CachingAllocator, InvariantViolation};
 pub use config::{AllocatorConfig, ConfigError};
@@ -21,6 +22,8 @@ pub use device::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
 pub use error::Error;
 pub use history::{ContextLevel, HistoryConfig};
 pub use oom::{OomDiagnosis, OutOfMemoryError};
+pub use oom_message::{format_size, ExabyteOomMessage, MessageStyle, OomMessage, Platform, ProcessMemory};
 pub use rounding::PoolKind;
 pub use snapshot::{BlockInfo, BlockState, Frame, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry};
 pub use stats::{DeviceStats, Stat, StatArray};
+pub use summary::{memory_summary, parse_memory_summary, ParsedSummary, SummaryLayout, SummaryParseError};

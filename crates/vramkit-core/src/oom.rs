@@ -75,7 +75,33 @@ impl OutOfMemoryError {
 
     /// PyTorch's message alone, exactly as PyTorch 2.11+ prints it.
     pub fn pytorch_message(&self) -> String {
-        crate::oom_message::OomMessage::from_error(self).to_string()
+        self.pytorch_message_as(crate::oom_message::MessageStyle::default())
+    }
+
+    /// PyTorch's message in the wording of another release.
+    pub fn pytorch_message_as(&self, style: crate::oom_message::MessageStyle) -> String {
+        if self.more_than_one_exabyte {
+            return crate::oom_message::ExabyteOomMessage::default().to_string();
+        }
+        self.message(style).to_string()
+    }
+
+    /// The numbers of PyTorch's message, in one release's wording. vramkit
+    /// knows no per-process NVML figures, so there are no process lines.
+    pub fn message(&self, style: crate::oom_message::MessageStyle) -> crate::oom_message::OomMessage {
+        crate::oom_message::OomMessage {
+            style,
+            platform: crate::oom_message::Platform::Cuda,
+            device: self.device,
+            alloc_size_bytes: self.alloc_size_bytes,
+            total_capacity_bytes: self.total_capacity_bytes,
+            device_free_bytes: self.device_free_bytes,
+            processes: Vec::new(),
+            allowed_bytes: self.limit_bytes,
+            allocated_bytes: self.allocated_bytes,
+            reserved_bytes: self.reserved_bytes,
+            private_pool_cached_bytes: self.private_pool_free_bytes,
+        }
     }
 
     /// vramkit's diagnosis in a few lines of plain words.

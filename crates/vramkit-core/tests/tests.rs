@@ -3,5 +3,7 @@
 
 mod support;
 
+mod config;
+mod goldens;
 mod property;
 mod scenarios;
