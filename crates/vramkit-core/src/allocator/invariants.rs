@@ -96,7 +96,7 @@ impl<D: Device> CachingAllocator<D> {
                     return violation("merging is complete", format!("free neighbours at {:#x}", b.addr));
                 }
                 prev_free = free;
-                let in_pool = self.pools[pool.0 as usize].blocks.contains(&(b.stream.0, b.size, b.addr, id));
+                let in_pool = self.pools[pool.0 as usize].blocks.contains(b.stream, b.size, b.addr, id);
                 if free != in_pool {
                     return violation("a block is in its pool iff it is free", format!("block at {:#x} free={free} in_pool={in_pool}", b.addr));
                 }

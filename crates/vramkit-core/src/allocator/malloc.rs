@@ -96,13 +96,10 @@ impl<D: Device> CachingAllocator<D> {
         if gc_active {
             pool.get_free_blocks_call_count += 1;
         }
-        let Some(key) = pool.lower_bound(params.stream, params.size) else {
+        let Some(found) = pool.blocks.lower_bound(params.stream, params.size) else {
             return false;
         };
-        let (key_stream, key_size, _, id) = key;
-        if key_stream != params.stream.0 {
-            return false;
-        }
+        let (key_size, id) = (found.size, found.id);
         let max_split_size = self.config.max_split_size();
         // An oversize cached block is never used for a request that is not oversize.
         if params.size < max_split_size && key_size >= max_split_size {
@@ -112,7 +109,7 @@ impl<D: Device> CachingAllocator<D> {
         if params.size >= max_split_size && key_size >= params.size.saturating_add(self.config.oversize_tolerance()) {
             return false;
         }
-        pool.blocks.remove(&key);
+        pool.blocks.remove(found.stream, found.size, found.addr);
         params.block = Some(id);
         true
     }
@@ -255,7 +252,7 @@ impl<D: Device> CachingAllocator<D> {
         let b = &mut self.blocks[id];
         let pool = &mut self.pools[b.pool.0 as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
-        let inserted = pool.blocks.insert((b.stream.0, b.size, b.addr, id));
+        let inserted = pool.blocks.insert(b.stream, b.size, b.addr, id);
         debug_assert!(inserted, "block {id:?} was already in its pool");
     }
 
@@ -263,7 +260,7 @@ impl<D: Device> CachingAllocator<D> {
     #[inline]
     pub(crate) fn remove_from_pool(&mut self, id: BlockId) {
         let b = &self.blocks[id];
-        let removed = self.pools[b.pool.0 as usize].blocks.remove(&(b.stream.0, b.size, b.addr, id));
+        let removed = self.pools[b.pool.0 as usize].blocks.remove(b.stream, b.size, b.addr);
         debug_assert!(removed, "block {id:?} was not in its pool");
     }
 

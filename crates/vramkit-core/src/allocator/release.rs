@@ -36,22 +36,23 @@ impl<D: Device> CachingAllocator<D> {
         }
         let pool = &self.pools[params.pool.0 as usize];
         let key_size = params.size.max(max_split_size);
-        let found = pool.lower_bound(params.stream, key_size);
-        match found {
-            Some((stream, _, _, id)) if stream == params.stream.0 && self.releasable(id) => {
+        match pool.blocks.lower_bound(params.stream, key_size) {
+            Some(found) if self.releasable(found.id) => {
+                let id = found.id;
                 self.release_block(id, context);
                 true
             }
             _ => {
                 // No single block is large enough: free oversize blocks from the
                 // largest down.
-                let mut cursor = pool.before(params.stream, key_size);
+                let mut cursor = pool.blocks.before(params.stream, key_size);
                 let mut total_released = 0u64;
-                while let Some(key @ (stream, size, _, id)) = cursor {
-                    if total_released >= key_size || size < max_split_size || stream != params.stream.0 {
+                while let Some(e) = cursor {
+                    let (size, id) = (e.size, e.id);
+                    if total_released >= key_size || size < max_split_size {
                         break;
                     }
-                    cursor = self.pools[params.pool.0 as usize].blocks.range(..key).next_back().copied();
+                    cursor = self.pools[params.pool.0 as usize].blocks.predecessor(e);
                     if self.releasable(id) {
                         total_released += size;
                         self.release_block(id, context);
@@ -84,7 +85,7 @@ impl<D: Device> CachingAllocator<D> {
         let whole: Vec<BlockId> = self.pools[pool.0 as usize]
             .blocks
             .iter()
-            .map(|&(_, _, _, id)| id)
+            .map(|e| e.id)
             .filter(|&id| !self.blocks[id].is_split())
             .collect();
         for id in whole {
@@ -107,8 +108,8 @@ impl<D: Device> CachingAllocator<D> {
         let age = |b: &crate::block::Block| calls - b.gc_count_base;
         let mut total_age = 0u64;
         let mut freeable = 0u64;
-        for &(_, _, _, id) in &pool.blocks {
-            let b = &self.blocks[id];
+        for e in pool.blocks.iter() {
+            let b = &self.blocks[e.id];
             if !b.is_split() {
                 total_age += age(b);
                 freeable += 1;
@@ -125,7 +126,7 @@ impl<D: Device> CachingAllocator<D> {
             let candidates: Vec<BlockId> = self.pools[LARGE_POOL.0 as usize]
                 .blocks
                 .iter()
-                .map(|&(_, _, _, id)| id)
+                .map(|e| e.id)
                 .filter(|&id| {
                     let b = &self.blocks[id];
                     !b.is_split() && age(b) as f64 >= age_threshold

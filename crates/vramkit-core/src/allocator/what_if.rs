@@ -106,14 +106,12 @@ impl<D: Device> CachingAllocator<D> {
     pub(crate) fn oom_error(&self, params: &AllocParams, info: MemInfo) -> OutOfMemoryError {
         let pool = &self.pools[params.pool.0 as usize];
         let (mut free_bytes, mut free_blocks, mut largest) = (0u64, 0u64, 0u64);
-        for &(stream, size, _, _) in &pool.blocks {
-            if stream == params.stream.0 {
-                free_bytes += size;
-                free_blocks += 1;
-                largest = largest.max(size);
-            }
+        for e in pool.blocks.iter().filter(|e| e.stream == params.stream) {
+            free_bytes += e.size;
+            free_blocks += 1;
+            largest = largest.max(e.size);
         }
-        let free_all: u64 = self.pools.iter().flat_map(|p| p.blocks.iter()).map(|k| k.1).sum();
+        let free_all: u64 = self.pools.iter().flat_map(|p| p.blocks.iter()).map(|e| e.size).sum();
         let pending: u64 = self
             .blocks
             .iter()

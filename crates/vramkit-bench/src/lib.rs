@@ -1,0 +1,2 @@
+//! Benchmarks live in `benches/`; this crate exists so that they build
+//! `vramkit-core` without the `validate` feature its own tests turn on.
