@@ -52,6 +52,8 @@ pub(crate) struct Block {
     pub stream_uses: Vec<StreamId>,
     /// The pool's `get_free_blocks_call_count` when the block last entered the free set.
     pub gc_count_base: u64,
+    /// Freed by the user through `free_requested`, waiting for `free_completed`.
+    pub held: bool,
     /// Stack of the allocation that holds this block.
     pub context_when_allocated: Option<Frames>,
     /// Stack of the `cudaMalloc` that made the segment (kept on the head block).
@@ -68,7 +70,7 @@ impl Block {
     /// Allocated, or freed but waiting on stream events: not reusable.
     #[inline]
     pub fn is_active(&self) -> bool {
-        self.allocated || self.event_count > 0 || !self.stream_uses.is_empty()
+        self.allocated || self.held || self.event_count > 0 || !self.stream_uses.is_empty()
     }
 }
 

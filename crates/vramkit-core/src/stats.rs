@@ -338,6 +338,17 @@ impl DeviceStats {
         self.requested_bytes.add(pool, -(requested as i64));
     }
 
+    /// A segment rebuilt from a snapshot (`restore`): counted as if allocated.
+    pub(crate) fn account_restored_segment(&mut self, pool: PoolKind, size: u64, oversize: bool, inactive_split: (i64, i64)) {
+        self.segment.add(pool, 1);
+        self.reserved_bytes.add(pool, size as i64);
+        if oversize {
+            self.oversize_segments.increase(1);
+        }
+        self.inactive_split.add(pool, inactive_split.0);
+        self.inactive_split_bytes.add(pool, inactive_split.1);
+    }
+
     /// 3.2: `alloc_block(retry=true)`.
     #[inline]
     pub(crate) fn account_alloc_retry(&mut self) {

@@ -172,6 +172,19 @@ impl SimDevice {
         self.queued_addresses.push_back(addr);
     }
 
+    /// Takes over a range allocated before the simulation started (a
+    /// replay's start state), without counting a malloc. Later bump
+    /// addresses start above it. Panics if it overlaps a live range.
+    pub fn adopt(&mut self, addr: u64, size_bytes: u64) {
+        let end = addr.checked_add(size_bytes).expect("adopted range overflows");
+        if let Some((&a, &s)) = self.live.range(..end).next_back() {
+            assert!(a + s <= addr, "adopted range {addr:#x}+{size_bytes} overlaps live range {a:#x}+{s}");
+        }
+        self.live.insert(addr, size_bytes);
+        self.used_bytes += size_bytes;
+        self.next_address = self.next_address.max(align_up(end, self.granularity_bytes));
+    }
+
     /// Marks one event complete.
     pub fn complete_event(&mut self, event: EventId) {
         if let Some(e) = self.events.get_mut(&event.0) {

@@ -14,6 +14,7 @@ impl<D: Device> CachingAllocator<D> {
         b.allocated = false;
         let (addr, size, requested, stream, pool) = (b.addr, b.size, b.requested_size, b.stream, b.pool);
         let has_stream_uses = !b.stream_uses.is_empty();
+        let held = b.held;
         let kind = self.pools[pool.0 as usize].kind;
         let oversize = size >= self.config.max_split_size();
         self.stats.account_free_requested(kind, size, oversize);
@@ -21,6 +22,8 @@ impl<D: Device> CachingAllocator<D> {
         self.record_trace(TraceAction::FreeRequested, addr, requested, stream, frames);
         if has_stream_uses {
             self.insert_events(id);
+        } else if held {
+            // free_completed comes from the caller.
         } else {
             self.free_block(id, &context);
         }
@@ -83,7 +86,7 @@ impl<D: Device> CachingAllocator<D> {
         self.device.destroy_event(pending.event);
         let b = &mut self.blocks[pending.block];
         b.event_count -= 1;
-        if b.event_count == 0 {
+        if b.event_count == 0 && !b.held {
             self.free_block(pending.block, context);
         }
     }
@@ -93,7 +96,7 @@ impl<D: Device> CachingAllocator<D> {
     pub(crate) fn free_block(&mut self, id: BlockId, context: &Option<Frames>) {
         let frames = self.free_trace_frames(id, context);
         let b = &mut self.blocks[id];
-        debug_assert!(!b.allocated && b.event_count == 0 && b.stream_uses.is_empty());
+        debug_assert!(!b.allocated && !b.held && b.event_count == 0 && b.stream_uses.is_empty());
         let (addr, original_size, requested, stream, pool) = (b.addr, b.size, b.requested_size, b.stream, b.pool);
         let (prev, next) = (b.prev, b.next);
         b.context_when_allocated = None;
@@ -121,7 +124,7 @@ impl<D: Device> CachingAllocator<D> {
     fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> u64 {
         let Some(src) = src else { return 0 };
         let s = &self.blocks[src];
-        if s.allocated || s.event_count > 0 || !s.stream_uses.is_empty() {
+        if s.is_active() {
             return 0;
         }
         self.remove_from_pool(src);

@@ -103,6 +103,12 @@ impl<D: Device> CachingAllocator<D> {
                 if b.allocated != (self.allocated.get(&b.addr) == Some(&id)) {
                     return violation("allocated blocks are in the address map", format!("block at {:#x}", b.addr));
                 }
+                if b.held != (self.held.get(&b.addr) == Some(&id)) {
+                    return violation("held blocks are in the held map", format!("block at {:#x}", b.addr));
+                }
+                if b.held && b.allocated {
+                    return violation("a held block is not allocated", format!("block at {:#x}", b.addr));
+                }
                 if b.stream_uses.contains(&b.stream) {
                     return violation("stream uses exclude the own stream", format!("block at {:#x}", b.addr));
                 }
@@ -147,6 +153,9 @@ impl<D: Device> CachingAllocator<D> {
         }
         if total_reserved != self.total_allocated_memory {
             return violation("total_allocated_memory is the sum of segments", format!("{} vs {total_reserved}", self.total_allocated_memory));
+        }
+        if self.held.len() != seen.iter().filter(|&&id| self.blocks[id].held).count() {
+            return violation("the held map holds only held blocks", format!("{} entries", self.held.len()));
         }
         let pending: usize = self.cuda_events.values().map(|q| q.len()).sum();
         let counted: u32 = seen.iter().map(|&id| self.blocks[id].event_count).sum();

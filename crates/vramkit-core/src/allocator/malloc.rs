@@ -153,6 +153,7 @@ impl<D: Device> CachingAllocator<D> {
             event_count: 0,
             stream_uses: Vec::new(),
             gc_count_base: 0,
+            held: false,
             context_when_allocated: None,
             context_when_segment_allocated: if keep_context { context.clone() } else { None },
         });
@@ -203,6 +204,7 @@ impl<D: Device> CachingAllocator<D> {
                 event_count: 0,
                 stream_uses: Vec::new(),
                 gc_count_base: 0,
+                held: false,
                 context_when_allocated: None,
                 context_when_segment_allocated: None,
             });

@@ -10,10 +10,12 @@ mod free;
 mod invariants;
 mod malloc;
 mod release;
+mod restore;
 mod snapshot;
 mod what_if;
 
 pub use invariants::InvariantViolation;
+pub use restore::RestoreError;
 
 use crate::block::{BlockArena, BlockId, PendingEvent, PoolIdx};
 use crate::config::AllocatorConfig;
@@ -55,6 +57,8 @@ pub struct CachingAllocator<D: Device> {
     pub(crate) pools: Vec<BlockPool>,
     /// Allocated blocks by address (PyTorch's `allocated_blocks`).
     pub(crate) allocated: HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>,
+    /// Blocks freed with `free_requested`, waiting for `free_completed`.
+    pub(crate) held: HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>,
     /// Pending `record_stream` events per stream, oldest first.
     pub(crate) cuda_events: BTreeMap<StreamId, VecDeque<PendingEvent>>,
     pub(crate) stats: DeviceStats,
@@ -107,6 +111,7 @@ impl<D: Device> CachingAllocator<D> {
             config,
             blocks: BlockArena::default(),
             allocated: HashMap::default(),
+            held: HashMap::default(),
             cuda_events: BTreeMap::new(),
             total_allocated_memory: 0,
             set_fraction: false,

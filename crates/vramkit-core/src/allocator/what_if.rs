@@ -52,6 +52,7 @@ impl<D: Device> CachingAllocator<D> {
             blocks: self.blocks.clone(),
             pools: self.pools.clone(),
             allocated: self.allocated.clone(),
+            held: self.held.clone(),
             cuda_events: self.cuda_events.clone(),
             stats: self.stats,
             total_allocated_memory: self.total_allocated_memory,
