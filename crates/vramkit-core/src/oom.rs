@@ -126,6 +126,11 @@ impl OutOfMemoryError {
                 format_size(d.pending_free_bytes)
             ));
         }
+        if d.fragmentation && d.settings_that_fit.is_empty() {
+            out.push_str(
+                " Settings that change how the cache fragments over time (max_split_size_mb, expandable_segments:True) cannot be judged from this moment alone: record a snapshot with torch.cuda.memory._record_memory_history() and run `vramkit tune` on it.",
+            );
+        }
         if d.settings_that_fit.is_empty() {
             if !d.settings_tried.is_empty() {
                 out.push_str(&format!(

@@ -156,6 +156,11 @@ impl<D: Device> CachingAllocator<D> {
         self.stats.to_map()
     }
 
+    /// `torch.cuda.memory_summary()`: PyTorch's table (2.x layout).
+    pub fn memory_summary(&self, abbreviated: bool) -> String {
+        crate::summary::memory_summary(&self.stats, self.device_index, abbreviated, crate::summary::SummaryLayout::default())
+    }
+
     /// Bytes of all segments and mapped pages (PyTorch's `total_allocated_memory`).
     pub fn total_reserved_bytes(&self) -> u64 {
         self.total_allocated_memory
