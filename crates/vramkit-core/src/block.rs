@@ -14,6 +14,10 @@
 //! Blocks live in an arena (`BlockArena`) and link to each other by
 //! [`BlockId`], never by pointer. A block is *split* when it has a
 //! neighbour; a segment is *whole* (releasable) when its only block has none.
+//!
+//! An expandable segment is one reserved address range; its blocks tile the
+//! whole reservation, and the parts not backed by memory are *unmapped*
+//! blocks (`mapped == false`), kept in the pool's `unmapped` set.
 
 use crate::device::{EventId, StreamId};
 use crate::snapshot::Frames;
@@ -21,6 +25,10 @@ use crate::snapshot::Frames;
 /// Index of a block in the arena.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct BlockId(pub(crate) u32);
+
+/// Index of an expandable segment in the allocator.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct ExpandableId(pub(crate) u32);
 
 /// Index of a [`crate::pool::BlockPool`] in the allocator.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -52,6 +60,10 @@ pub(crate) struct Block {
     pub stream_uses: Vec<StreamId>,
     /// The pool's `get_free_blocks_call_count` when the block last entered the free set.
     pub gc_count_base: u64,
+    /// The expandable segment this block lies in, if any.
+    pub expandable: Option<ExpandableId>,
+    /// False only for the unmapped address space of an expandable segment.
+    pub mapped: bool,
     /// Freed by the user through `free_requested`, waiting for `free_completed`.
     pub held: bool,
     /// Stack of the allocation that holds this block.

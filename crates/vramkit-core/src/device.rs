@@ -110,6 +110,37 @@ pub trait Device {
     /// Give an event back once it is no longer needed.
     fn destroy_event(&mut self, event: EventId);
 
+    /// Whether the device has the virtual-memory calls below (CUDA's
+    /// `cuMemAddressReserve`/`cuMemCreate`/`cuMemMap`). Without them
+    /// `expandable_segments:True` is ignored, as PyTorch does.
+    fn supports_virtual_memory(&self) -> bool {
+        false
+    }
+
+    /// `cuMemAddressReserve`: `size_bytes` of address space, holding no memory.
+    ///
+    /// # Contract
+    /// Called only when `supports_virtual_memory()`, with a multiple of the
+    /// page size the allocator uses (2 MiB or `large_segment_size`).
+    fn reserve_address_range(&mut self, size_bytes: u64) -> Result<DeviceAddr, DeviceError> {
+        Err(DeviceError::Other { call: "cuMemAddressReserve", message: format!("no virtual memory support ({size_bytes} bytes)") })
+    }
+
+    /// `cuMemAddressFree` of a whole reservation, once none of it is mapped.
+    fn release_address_range(&mut self, _addr: DeviceAddr, _size_bytes: u64) {}
+
+    /// `cuMemCreate` + `cuMemMap` + `cuMemSetAccess` of every page of
+    /// `page_bytes` in `[addr, addr + size_bytes)`, inside a reservation and
+    /// not mapped yet. All or nothing: if one page cannot be created, the
+    /// pages created by this call are released and `OutOfMemory` is returned.
+    fn map(&mut self, addr: DeviceAddr, size_bytes: u64, page_bytes: u64) -> Result<(), DeviceError> {
+        let _ = (addr, page_bytes);
+        Err(DeviceError::OutOfMemory { requested_bytes: size_bytes })
+    }
+
+    /// `cuMemUnmap` + `cuMemRelease` of the mapped pages in `[addr, addr + size_bytes)`.
+    fn unmap(&mut self, _addr: DeviceAddr, _size_bytes: u64) {}
+
     /// Wall-clock microseconds since the Unix epoch, for trace entries.
     /// Devices without a clock return 0.
     fn time_us(&self) -> u64 {

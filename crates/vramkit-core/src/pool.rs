@@ -109,6 +109,14 @@ impl FreeBlocks {
         Some(entry(e.stream, k, id))
     }
 
+    /// The free block on the same stream just after `e`.
+    #[inline]
+    pub fn successor(&self, e: FreeEntry) -> Option<FreeEntry> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let (&k, &id) = self.stream(e.stream)?.range((Excluded(key(e.size, e.addr)), Unbounded)).next()?;
+        Some(entry(e.stream, k, id))
+    }
+
     /// Every free block in (stream, size, address) order.
     pub fn iter(&self) -> impl Iterator<Item = FreeEntry> + '_ {
         self.streams.iter().flat_map(|(s, m)| m.iter().map(move |(&k, &id)| entry(*s, k, id)))
@@ -121,6 +129,8 @@ pub(crate) struct BlockPool {
     /// Free mapped blocks. A block is here iff it is not allocated, has no
     /// pending events or stream uses, and is not being handed out.
     pub blocks: FreeBlocks,
+    /// Unmapped blocks of expandable segments, by (stream, address).
+    pub unmapped: BTreeMap<(StreamId, u64), BlockId>,
     /// Small or large.
     pub kind: PoolKind,
     /// `(0, 0)` for the default pools, else the private pool's id.
@@ -132,7 +142,7 @@ pub(crate) struct BlockPool {
 
 impl BlockPool {
     pub fn new(kind: PoolKind, owner: MempoolId) -> BlockPool {
-        BlockPool { blocks: FreeBlocks::default(), kind, owner, get_free_blocks_call_count: 0 }
+        BlockPool { blocks: FreeBlocks::default(), unmapped: BTreeMap::new(), kind, owner, get_free_blocks_call_count: 0 }
     }
 
     #[inline]

@@ -349,6 +349,21 @@ impl DeviceStats {
         self.inactive_split_bytes.add(pool, inactive_split.1);
     }
 
+    /// 6.3: pages mapped into an expandable segment. No segment count, no
+    /// oversize count: PyTorch keeps only reserved bytes for these.
+    #[inline]
+    pub(crate) fn account_map(&mut self, pool: PoolKind, size: u64) {
+        self.reserved_bytes.add(pool, size as i64);
+        self.num_device_alloc += 1;
+    }
+
+    /// 6.4: pages unmapped from an expandable segment.
+    #[inline]
+    pub(crate) fn account_unmap(&mut self, pool: PoolKind, size: u64) {
+        self.reserved_bytes.add(pool, -(size as i64));
+        self.num_device_free += 1;
+    }
+
     /// 3.2: `alloc_block(retry=true)`.
     #[inline]
     pub(crate) fn account_alloc_retry(&mut self) {

@@ -57,7 +57,7 @@ fn action_strategy() -> impl Strategy<Value = Action> {
         1 => (0u8..3).prop_map(|stream| Action::CompleteStream { stream }),
         1 => Just(Action::EmptyCache),
         1 => (1u8..3).prop_map(|n| Action::InjectFailures { n }),
-        1 => (0u8..6).prop_map(|which| Action::UpdateSettings { which }),
+        1 => (0u8..7).prop_map(|which| Action::UpdateSettings { which }),
     ]
 }
 
@@ -94,9 +94,8 @@ impl Shadow {
         self.ops += 1;
         match *action {
             Action::Malloc { size, stream } => {
-                let failed_before = self.alloc.device().counters().failed_mallocs;
-                let injected = self.alloc.device().capacity_bytes() == 0;
-                let _ = injected;
+                let refused = |d: &SimDevice| d.counters().failed_mallocs + d.counters().failed_maps;
+                let failed_before = refused(self.alloc.device());
                 match self.alloc.malloc(size, StreamId(stream as u64)) {
                     Ok(ptr) => self.check_new_allocation(ptr, size),
                     Err(Error::OutOfMemory(oom)) => {
@@ -105,7 +104,7 @@ impl Shadow {
                         // was injected).
                         let used = self.alloc.device().used_bytes();
                         let limit = oom.limit_bytes.unwrap_or(u64::MAX).min(CAPACITY);
-                        let refusals = self.alloc.device().counters().failed_mallocs - failed_before;
+                        let refusals = refused(self.alloc.device()) - failed_before;
                         assert!(
                             used + oom.alloc_size_bytes > limit || refusals >= 1,
                             "OOM for {size} bytes with {used} used of {limit}: {oom}"
@@ -152,7 +151,8 @@ impl Shadow {
                     2 => config.roundup_power2_divisions = [0; 16],
                     3 => config.roundup_power2_divisions = [4; 16],
                     4 => config.garbage_collection_threshold = 0.0,
-                    _ => config.garbage_collection_threshold = 0.5,
+                    5 => config.garbage_collection_threshold = 0.5,
+                    _ => config.expandable_segments = !config.expandable_segments,
                 }
                 self.alloc.set_config(config).expect("valid settings");
             }
@@ -220,6 +220,9 @@ fn preset(name: &str) -> AllocatorConfig {
         }
         "gc_threshold" => b.garbage_collection_threshold(0.6).per_process_memory_fraction(0.8),
         "memory_fraction" => b.per_process_memory_fraction(0.25),
+        "expandable" => b.expandable_segments(true),
+        "expandable_max_split" => b.expandable_segments(true).max_split_size_bytes(Some(64 * MIB)),
+        "expandable_gc_fraction" => b.expandable_segments(true).garbage_collection_threshold(0.5).per_process_memory_fraction(0.5),
         _ => unreachable!(),
     }
     .build()
@@ -240,7 +243,18 @@ macro_rules! gen_property_tests {
     };
 }
 
-gen_property_tests!(default, max_split_small, max_split_large, roundup_single, roundup_list, gc_threshold, memory_fraction);
+gen_property_tests!(
+    default,
+    max_split_small,
+    max_split_large,
+    roundup_single,
+    roundup_list,
+    gc_threshold,
+    memory_fraction,
+    expandable,
+    expandable_max_split,
+    expandable_gc_fraction,
+);
 
 #[test]
 fn small_sizes_fill_segments_densely() {

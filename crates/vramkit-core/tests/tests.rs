@@ -4,6 +4,7 @@
 mod support;
 
 mod config;
+mod expandable;
 mod goldens;
 mod property;
 mod scenarios;

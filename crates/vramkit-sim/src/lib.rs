@@ -43,8 +43,24 @@ pub struct SimCounters {
     pub event_queries: u64,
     /// `synchronize_event` calls.
     pub event_syncs: u64,
-    /// `mem_get_info` calls are not counted (it takes `&self`).
+    /// Events destroyed.
     pub events_destroyed: u64,
+    /// Successful `map` calls.
+    pub maps: u64,
+    /// `map` calls refused.
+    pub failed_maps: u64,
+    /// `unmap` calls.
+    pub unmaps: u64,
+    /// Address ranges reserved.
+    pub reserves: u64,
+}
+
+/// A reserved virtual range (expandable segments) and its mapped pages.
+#[derive(Clone, Debug)]
+struct Reservation {
+    size: u64,
+    /// Mapped ranges inside it: start -> length (page multiples, never overlapping).
+    mapped: BTreeMap<u64, u64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -61,6 +77,9 @@ pub struct SimDevice {
     base_address: u64,
     /// Live ranges: start address -> size.
     live: BTreeMap<u64, u64>,
+    /// Virtual reservations: base -> reservation.
+    reservations: BTreeMap<u64, Reservation>,
+    virtual_memory: bool,
     used_bytes: u64,
     /// The next address the bump allocator hands out.
     next_address: u64,
@@ -93,6 +112,8 @@ impl SimDevice {
             granularity_bytes: Self::DEFAULT_GRANULARITY,
             base_address: Self::DEFAULT_BASE,
             live: BTreeMap::new(),
+            reservations: BTreeMap::new(),
+            virtual_memory: true,
             used_bytes: 0,
             next_address: Self::DEFAULT_BASE,
             queued_addresses: VecDeque::new(),
@@ -123,6 +144,23 @@ impl SimDevice {
         assert!(granularity_bytes.is_power_of_two(), "granularity must be a power of two");
         self.granularity_bytes = granularity_bytes;
         self
+    }
+
+    /// Turns the virtual-memory calls (expandable segments) off, like a
+    /// driver without them.
+    pub fn without_virtual_memory(mut self) -> SimDevice {
+        self.virtual_memory = false;
+        self
+    }
+
+    /// Bytes mapped into reservations.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.reservations.values().flat_map(|r| r.mapped.values()).sum()
+    }
+
+    /// Number of live reservations.
+    pub fn reservations(&self) -> usize {
+        self.reservations.len()
     }
 
     /// Sets when events complete.
@@ -294,6 +332,67 @@ impl Device for SimDevice {
 
     fn time_us(&self) -> u64 {
         self.clock_us
+    }
+
+    fn supports_virtual_memory(&self) -> bool {
+        self.virtual_memory
+    }
+
+    fn reserve_address_range(&mut self, size_bytes: u64) -> Result<DeviceAddr, DeviceError> {
+        assert!(self.virtual_memory, "reserve on a device without virtual memory");
+        assert!(size_bytes > 0 && size_bytes % 512 == 0, "reserve of {size_bytes} bytes breaks the contract");
+        let addr = self.take_address(size_bytes);
+        self.reservations.insert(addr, Reservation { size: size_bytes, mapped: BTreeMap::new() });
+        self.counters.reserves += 1;
+        Ok(DeviceAddr(addr))
+    }
+
+    fn release_address_range(&mut self, addr: DeviceAddr, size_bytes: u64) {
+        let r = self.reservations.remove(&addr.0).unwrap_or_else(|| panic!("release of {addr}, which is not a reservation"));
+        assert_eq!(r.size, size_bytes, "release of reservation {addr} with the wrong size");
+        assert!(r.mapped.is_empty(), "release of reservation {addr} while pages are mapped");
+    }
+
+    fn map(&mut self, addr: DeviceAddr, size_bytes: u64, page_bytes: u64) -> Result<(), DeviceError> {
+        let (&base, r) = self.reservations.range_mut(..=addr.0).next_back().expect("map outside any reservation");
+        let end = addr.0 + size_bytes;
+        assert!(end <= base + r.size, "map of {addr}+{size_bytes} past the reservation at {base:#x}");
+        assert!((addr.0 - base) % page_bytes == 0 && size_bytes % page_bytes == 0, "map of a partial page");
+        if let Some((&a, &l)) = r.mapped.range(..end).next_back() {
+            assert!(a + l <= addr.0, "map of {addr}+{size_bytes} over mapped {a:#x}+{l}");
+        }
+        let over = self.used_bytes.checked_add(size_bytes).is_none_or(|u| u > self.capacity_bytes);
+        if self.fail_next_mallocs > 0 || over {
+            self.fail_next_mallocs = self.fail_next_mallocs.saturating_sub(1);
+            self.counters.failed_maps += 1;
+            return Err(DeviceError::OutOfMemory { requested_bytes: size_bytes });
+        }
+        r.mapped.insert(addr.0, size_bytes);
+        self.used_bytes += size_bytes;
+        self.counters.maps += 1;
+        Ok(())
+    }
+
+    fn unmap(&mut self, addr: DeviceAddr, size_bytes: u64) {
+        let (&base, r) = self.reservations.range_mut(..=addr.0).next_back().expect("unmap outside any reservation");
+        let end = addr.0 + size_bytes;
+        assert!(end <= base + r.size, "unmap past the reservation");
+        // Split mapped runs at the unmap bounds, then drop the runs inside.
+        let overlapping: Vec<(u64, u64)> = r.mapped.range(..end).filter(|(&a, &l)| a + l > addr.0).map(|(&a, &l)| (a, l)).collect();
+        let mut unmapped = 0;
+        for (a, l) in overlapping {
+            r.mapped.remove(&a);
+            if a < addr.0 {
+                r.mapped.insert(a, addr.0 - a);
+            }
+            if a + l > end {
+                r.mapped.insert(end, a + l - end);
+            }
+            unmapped += (a + l).min(end) - a.max(addr.0);
+        }
+        assert_eq!(unmapped, size_bytes, "unmap of {addr}+{size_bytes}, not all of it mapped");
+        self.used_bytes -= size_bytes;
+        self.counters.unmaps += 1;
     }
 }
 

@@ -116,18 +116,25 @@ impl<D: Device> CachingAllocator<D> {
             inactive_split.0 += 1;
             inactive_split.1 += b.size as i64;
         }
+        if b.expandable.is_some() {
+            inactive_split = (0, 0);
+        }
         let kind = self.pools[pool.0 as usize].kind;
         self.stats.account_free_completed(kind, original_size, requested, inactive_split);
     }
 
     /// Merges `src` into `dst` if `src` is a free neighbour; returns the bytes subsumed.
-    fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> u64 {
+    pub(crate) fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> u64 {
         let Some(src) = src else { return 0 };
         let s = &self.blocks[src];
-        if s.is_active() {
+        if s.is_active() || s.mapped != self.blocks[dst].mapped {
             return 0;
         }
-        self.remove_from_pool(src);
+        if s.mapped {
+            self.remove_from_pool(src);
+        } else {
+            self.pools[s.pool.0 as usize].unmapped.remove(&(s.stream, s.addr));
+        }
         let s = self.blocks.remove(src);
         let d_prev = self.blocks[dst].prev;
         if d_prev == Some(src) {

@@ -63,16 +63,27 @@ impl<D: Device> CachingAllocator<D> {
         let mut seen = HashSet::new();
         let mut total_reserved = 0u64;
         let mut last_end = 0u64;
-        for head in self.segment_heads() {
+        let mut chains: Vec<(u64, crate::block::BlockId)> =
+            self.blocks.iter().filter(|(_, b)| b.prev.is_none()).map(|(id, b)| (b.addr, id)).collect();
+        chains.sort_unstable();
+        let mut expandable_chains = 0usize;
+        for (_, head) in chains {
             let h = &self.blocks[head];
-            let (pool, stream) = (h.pool, h.stream);
+            let (pool, stream, expandable) = (h.pool, h.stream, h.expandable);
             let kind = self.pools[pool.0 as usize].kind;
             let k = (kind == PoolKind::Large) as usize;
             if h.addr < last_end {
                 return violation("segments do not overlap", format!("segment at {:#x} starts before {last_end:#x}", h.addr));
             }
-            let (mut cursor, mut prev, mut expected_addr, mut size) = (Some(head), None, h.addr, 0u64);
-            let mut prev_free = false;
+            let segment = expandable.map(|e| self.expandable_segment(e));
+            if let Some(seg) = segment {
+                expandable_chains += 1;
+                if seg.base != h.addr || seg.stream != stream || seg.pool != pool {
+                    return violation("an expandable chain starts at its reservation", format!("chain at {:#x}", h.addr));
+                }
+            }
+            let (mut cursor, mut prev, mut expected_addr, mut size, mut mapped_bytes) = (Some(head), None, h.addr, 0u64, 0u64);
+            let mut prev_free: Option<bool> = None;
             let segment_split = h.next.is_some();
             while let Some(id) = cursor {
                 let b = &self.blocks[id];
@@ -85,20 +96,39 @@ impl<D: Device> CachingAllocator<D> {
                 if b.addr != expected_addr {
                     return violation("blocks tile the segment", format!("block at {:#x}, expected {expected_addr:#x}", b.addr));
                 }
-                if b.pool != pool || b.stream != stream {
-                    return violation("a segment has one pool and stream", format!("block at {:#x}", b.addr));
+                if b.pool != pool || b.stream != stream || b.expandable != expandable {
+                    return violation("a segment has one pool, stream and reservation", format!("block at {:#x}", b.addr));
                 }
                 if b.size == 0 || b.size % 512 != 0 {
                     return violation("block sizes are positive multiples of 512", format!("block at {:#x} has {}", b.addr, b.size));
                 }
                 let free = !b.is_active();
-                if free && prev_free {
+                // Neighbours that are both free and in the same mapped state are merged.
+                if free && prev_free == Some(b.mapped) {
                     return violation("merging is complete", format!("free neighbours at {:#x}", b.addr));
                 }
-                prev_free = free;
-                let in_pool = self.pools[pool.0 as usize].blocks.contains(b.stream, b.size, b.addr, id);
-                if free != in_pool {
-                    return violation("a block is in its pool iff it is free", format!("block at {:#x} free={free} in_pool={in_pool}", b.addr));
+                prev_free = free.then_some(b.mapped);
+                if !b.mapped {
+                    let seg = match segment {
+                        Some(seg) => seg,
+                        None => return violation("only expandable blocks are unmapped", format!("block at {:#x}", b.addr)),
+                    };
+                    if b.is_active() {
+                        return violation("unmapped blocks are free", format!("block at {:#x}", b.addr));
+                    }
+                    let end = b.addr + b.size;
+                    if (b.addr - seg.base) % seg.page_size != 0 || ((end - seg.base) % seg.page_size != 0 && end != seg.base + seg.size) {
+                        return violation("unmapped ranges are whole pages", format!("block at {:#x}+{}", b.addr, b.size));
+                    }
+                    if self.pools[pool.0 as usize].unmapped.get(&(b.stream, b.addr)) != Some(&id) {
+                        return violation("unmapped blocks are in the unmapped set", format!("block at {:#x}", b.addr));
+                    }
+                } else {
+                    mapped_bytes += b.size;
+                    let in_pool = self.pools[pool.0 as usize].blocks.contains(b.stream, b.size, b.addr, id);
+                    if free != in_pool {
+                        return violation("a block is in its pool iff it is free", format!("block at {:#x} free={free} in_pool={in_pool}", b.addr));
+                    }
                 }
                 if b.allocated != (self.allocated.get(&b.addr) == Some(&id)) {
                     return violation("allocated blocks are in the address map", format!("block at {:#x}", b.addr));
@@ -123,7 +153,7 @@ impl<D: Device> CachingAllocator<D> {
                     sums.active[k] += 1;
                     sums.active_bytes[k] += b.size as i64;
                     sums.requested_bytes[k] += b.requested_size as i64;
-                } else if segment_split {
+                } else if segment_split && expandable.is_none() {
                     sums.inactive_split[k] += 1;
                     sums.inactive_split_bytes[k] += b.size as i64;
                 }
@@ -132,19 +162,33 @@ impl<D: Device> CachingAllocator<D> {
                 prev = Some(id);
                 cursor = b.next;
             }
-            sums.segment[k] += 1;
-            if size >= max_split {
-                sums.oversize_segments += 1;
+            if let Some(seg) = segment {
+                if size != seg.size {
+                    return violation("an expandable chain covers its reservation", format!("{size} of {}", seg.size));
+                }
+            } else {
+                sums.segment[k] += 1;
+                if size >= max_split {
+                    sums.oversize_segments += 1;
+                }
             }
-            sums.reserved[k] += size as i64;
-            total_reserved += size;
+            sums.reserved[k] += mapped_bytes as i64;
+            total_reserved += mapped_bytes;
             last_end = h.addr + size;
+        }
+        if expandable_chains != self.live_expandable_segments().count() {
+            return violation("every reservation has one chain", format!("{expandable_chains} chains"));
+        }
+        let unmapped: usize = self.pools.iter().map(|p| p.unmapped.len()).sum();
+        let unmapped_blocks = seen.iter().filter(|&&id| !self.blocks[id].mapped).count();
+        if unmapped != unmapped_blocks {
+            return violation("unmapped sets hold only unmapped blocks", format!("{unmapped} vs {unmapped_blocks}"));
         }
         if seen.len() != self.blocks.len() {
             return violation("every block belongs to a segment", format!("{} blocks, {} reachable", self.blocks.len(), seen.len()));
         }
         let pooled: usize = self.pools.iter().map(|p| p.blocks.len()).sum();
-        let free_blocks = seen.iter().filter(|&&id| !self.blocks[id].is_active()).count();
+        let free_blocks = seen.iter().filter(|&&id| !self.blocks[id].is_active() && self.blocks[id].mapped).count();
         if pooled != free_blocks {
             return violation("pools hold only free blocks", format!("{pooled} pooled, {free_blocks} free"));
         }

@@ -96,9 +96,38 @@ impl<D: Device> CachingAllocator<D> {
         if gc_active {
             pool.get_free_blocks_call_count += 1;
         }
-        let Some(found) = pool.blocks.lower_bound(params.stream, params.size) else {
+        let Some(mut found) = pool.blocks.lower_bound(params.stream, params.size) else {
             return false;
         };
+        if self.blocks[found.id].expandable.is_some() {
+            if self.config.expandable_segments {
+                // Judge a block at the growth frontier by the size it can grow
+                // to, so interior free blocks are preferred over it.
+                let blocks = &self.blocks;
+                let expandable_size = |id: BlockId| {
+                    let b = &blocks[id];
+                    b.size + b.next.filter(|&n| !blocks[n].mapped).map_or(0, |n| blocks[n].size)
+                };
+                while self.blocks[found.id].expandable.is_some() {
+                    match pool.blocks.successor(found) {
+                        Some(next) if expandable_size(next.id) < expandable_size(found.id) => found = next,
+                        _ => break,
+                    }
+                }
+            } else {
+                // Expandable segments were turned off after some were made:
+                // only non-expandable blocks may be used.
+                loop {
+                    match pool.blocks.successor(found) {
+                        Some(next) => found = next,
+                        None => return false,
+                    }
+                    if self.blocks[found.id].expandable.is_none() {
+                        break;
+                    }
+                }
+            }
+        }
         let (key_size, id) = (found.size, found.id);
         let max_split_size = self.config.max_split_size();
         // An oversize cached block is never used for a request that is not oversize.
@@ -129,6 +158,11 @@ impl<D: Device> CachingAllocator<D> {
         if self.set_fraction && self.total_allocated_memory.saturating_add(size) > self.allowed_memory_maximum {
             return Ok(false);
         }
+        if self.expandable_active() {
+            let block = self.try_allocate_expandable_block(params, context)?;
+            params.block = block;
+            return Ok(block.is_some());
+        }
         let addr = match self.device.malloc(size, params.stream) {
             Ok(addr) => addr,
             Err(DeviceError::OutOfMemory { .. }) => return Ok(false),
@@ -154,6 +188,8 @@ impl<D: Device> CachingAllocator<D> {
             stream_uses: Vec::new(),
             gc_count_base: 0,
             held: false,
+            expandable: None,
+            mapped: true,
             context_when_allocated: None,
             context_when_segment_allocated: if keep_context { context.clone() } else { None },
         });
@@ -166,7 +202,7 @@ impl<D: Device> CachingAllocator<D> {
     pub(crate) fn should_split(&self, block: BlockId, size: u64) -> bool {
         let block = &self.blocks[block];
         let remaining = block.size - size;
-        if self.pools[block.pool.0 as usize].is_small() || self.config.expandable_segments {
+        if self.pools[block.pool.0 as usize].is_small() || self.expandable_active() {
             remaining >= MIN_BLOCK_SIZE
         } else {
             size < self.config.max_split_size() && remaining > LARGE_SPLIT_REMAINDER
@@ -183,6 +219,7 @@ impl<D: Device> CachingAllocator<D> {
     ) -> BlockId {
         let size = params.size;
         let already_split = self.blocks[id].is_split();
+        let expandable = self.blocks[id].expandable;
         let mut inactive_split = (0i64, 0i64);
         let block = if split {
             // The free block keeps its identity as the remainder; a new block
@@ -205,6 +242,8 @@ impl<D: Device> CachingAllocator<D> {
                 stream_uses: Vec::new(),
                 gc_count_base: 0,
                 held: false,
+                expandable,
+                mapped: true,
                 context_when_allocated: None,
                 context_when_segment_allocated: None,
             });
@@ -220,14 +259,16 @@ impl<D: Device> CachingAllocator<D> {
             r.size -= size;
             let remaining_size = r.size;
             self.insert_into_pool(remaining);
-            if already_split {
+            // inactive_split is not kept for expandable blocks.
+            if expandable.is_some() {
+            } else if already_split {
                 inactive_split = (0, -(size as i64));
             } else {
                 inactive_split = (1, remaining_size as i64);
             }
             new_block
         } else {
-            if already_split {
+            if already_split && expandable.is_none() {
                 inactive_split = (-1, -(self.blocks[id].size as i64));
             }
             id

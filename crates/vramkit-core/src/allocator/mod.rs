@@ -6,6 +6,7 @@
 //! segments to the device: targeted release, `empty_cache`, garbage
 //! collection), `snapshot.rs` (state export), `invariants.rs` (the checker).
 
+mod expandable;
 mod free;
 mod invariants;
 mod malloc;
@@ -69,6 +70,8 @@ pub struct CachingAllocator<D: Device> {
     /// The limit in bytes when `set_fraction`.
     pub(crate) allowed_memory_maximum: u64,
     pub(crate) history: Option<History>,
+    /// Expandable segments by id; `None` once released.
+    pub(crate) expandable_segments: Vec<Option<expandable::ExpandableSegment>>,
     /// `max_split_size` has been changed since construction, so the oversize
     /// counters mix thresholds (as in PyTorch) and cannot be recomputed.
     pub(crate) max_split_size_changed: bool,
@@ -118,6 +121,7 @@ impl<D: Device> CachingAllocator<D> {
             allowed_memory_maximum: 0,
             history: None,
             max_split_size_changed: false,
+            expandable_segments: Vec::new(),
         };
         if allocator.config.per_process_memory_fraction < 1.0 {
             allocator.apply_memory_fraction(allocator.config.per_process_memory_fraction);

@@ -66,7 +66,8 @@ impl<D: Device> CachingAllocator<D> {
     /// Whole and not part of an expandable segment.
     #[inline]
     fn releasable(&self, id: BlockId) -> bool {
-        !self.blocks[id].is_split()
+        let b = &self.blocks[id];
+        !b.is_split() && b.expandable.is_none()
     }
 
     /// 5.3: `empty_cache()` and the last stage of the retry ladder: wait for
@@ -80,16 +81,25 @@ impl<D: Device> CachingAllocator<D> {
         true
     }
 
-    /// Frees every whole free segment of one pool, in the pool's order.
+    /// Frees every whole free segment of one pool, in the pool's order, then
+    /// unmaps the whole pages of its free expandable blocks in that order.
     fn release_blocks(&mut self, pool: PoolIdx, context: &Option<Frames>) {
-        let whole: Vec<BlockId> = self.pools[pool.0 as usize]
-            .blocks
-            .iter()
-            .map(|e| e.id)
-            .filter(|&id| !self.blocks[id].is_split())
-            .collect();
-        for id in whole {
-            self.release_block(id, context);
+        let mut to_unmap = Vec::new();
+        let free: Vec<BlockId> = self.pools[pool.0 as usize].blocks.iter().map(|e| e.id).collect();
+        for id in free {
+            let b = &self.blocks[id];
+            if b.expandable.is_some() {
+                to_unmap.push(id);
+            } else if !b.is_split() {
+                self.release_block(id, context);
+            }
+        }
+        for id in to_unmap {
+            self.unmap_block(id, context);
+            let b = &self.blocks[id];
+            if !b.mapped && !b.is_split() {
+                self.release_expandable_segment(id);
+            }
         }
     }
 
@@ -129,7 +139,7 @@ impl<D: Device> CachingAllocator<D> {
                 .map(|e| e.id)
                 .filter(|&id| {
                     let b = &self.blocks[id];
-                    !b.is_split() && age(b) as f64 >= age_threshold
+                    !b.is_split() && b.expandable.is_none() && age(b) as f64 >= age_threshold
                 })
                 .collect();
             for id in candidates {

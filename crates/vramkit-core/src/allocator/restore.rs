@@ -121,6 +121,8 @@ impl<D: Device> CachingAllocator<D> {
                 context_when_allocated: info.frames.clone(),
                 context_when_segment_allocated: if i == 0 { s.frames.clone() } else { None },
                 held: info.state == BlockState::ActivePendingFree,
+                expandable: None,
+                mapped: true,
             });
             if let Some(p) = prev {
                 self.blocks[p].next = Some(id);

@@ -9,8 +9,13 @@ use crate::device::StreamId;
 impl<D: Device> CachingAllocator<D> {
     /// The head block of every segment, by address.
     pub(crate) fn segment_heads(&self) -> Vec<BlockId> {
-        let mut heads: Vec<(u64, BlockId)> =
-            self.blocks.iter().filter(|(_, b)| b.prev.is_none()).map(|(id, b)| (b.addr, id)).collect();
+        // For expandable segments, every contiguous mapped run is a segment.
+        let mut heads: Vec<(u64, BlockId)> = self
+            .blocks
+            .iter()
+            .filter(|(_, b)| b.mapped && b.prev.is_none_or(|p| !self.blocks[p].mapped))
+            .map(|(id, b)| (b.addr, id))
+            .collect();
         heads.sort_unstable();
         heads.into_iter().map(|(_, id)| id).collect()
     }
@@ -32,12 +37,12 @@ impl<D: Device> CachingAllocator<D> {
             stream: h.stream.0,
             segment_type: self.pools[h.pool.0 as usize].kind,
             segment_pool_id: self.pool_id_of(h.pool),
-            is_expandable: false,
+            is_expandable: h.expandable.is_some(),
             frames: h.context_when_segment_allocated.clone(),
             blocks: Vec::new(),
         };
         let mut cursor = Some(head);
-        while let Some(id) = cursor {
+        while let Some(id) = cursor.filter(|&id| self.blocks[id].mapped) {
             let b = &self.blocks[id];
             let state = if b.allocated {
                 BlockState::ActiveAllocated

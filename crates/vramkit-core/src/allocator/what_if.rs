@@ -60,6 +60,7 @@ impl<D: Device> CachingAllocator<D> {
             allowed_memory_maximum: self.allowed_memory_maximum,
             history: None,
             max_split_size_changed: self.max_split_size_changed,
+            expandable_segments: self.expandable_segments.clone(),
         }
     }
 

@@ -1,0 +1,325 @@
+//! Expandable segments (spec section 6): one reserved address range per
+//! (stream, pool) that is backed by memory page by page as it grows.
+//!
+//! ```text
+//!  base                                                     base + reservation
+//!  |<- mapped: blocks, allocated or free ->|<- unmapped (one block) ------->|
+//!  page 0      page 1      page 2          page 3 ...
+//! ```
+//!
+//! Pages are counted from the reservation base, not from address 0: a base
+//! is only 2 MiB aligned, so a 20 MiB page grid is relative to it.
+
+use super::malloc::AllocParams;
+use super::CachingAllocator;
+use crate::block::{Block, BlockId, ExpandableId, PoolIdx};
+use crate::device::{Device, DeviceAddr, DeviceError, StreamId};
+use crate::error::Error;
+use crate::history::ContextLevel;
+use crate::rounding::{SMALL_BUFFER, SMALL_SIZE};
+use crate::snapshot::{Frames, TraceAction};
+
+/// Address space reserved per expandable segment, at most (for simulated
+/// devices of unlimited memory).
+const MAX_RESERVATION: u64 = 1 << 46;
+
+/// One reserved range (PyTorch's `ExpandableSegment`).
+#[derive(Clone, Debug)]
+pub(crate) struct ExpandableSegment {
+    /// Where `cuMemAddressReserve` put it.
+    pub base: u64,
+    /// Bytes reserved: `page_size * max_pages`.
+    pub size: u64,
+    /// 2 MiB for small pools, `large_segment_size` for large ones.
+    pub page_size: u64,
+    pub stream: StreamId,
+    pub pool: PoolIdx,
+}
+
+impl ExpandableSegment {
+    /// The pages wholly or partly covering `[ptr, ptr + size)`, for mapping.
+    fn pages_covering(&self, ptr: u64, size: u64) -> (u64, u64) {
+        let begin = (ptr - self.base) / self.page_size;
+        let end = (ptr + size - self.base).div_ceil(self.page_size);
+        (begin, end)
+    }
+
+    /// The pages wholly inside `[ptr, ptr + size)`, for unmapping.
+    fn pages_inside(&self, ptr: u64, size: u64) -> (u64, u64) {
+        let begin = (ptr - self.base).div_ceil(self.page_size);
+        let end = (ptr + size - self.base) / self.page_size;
+        (begin, end)
+    }
+
+    fn page_addr(&self, page: u64) -> u64 {
+        self.base + page * self.page_size
+    }
+}
+
+impl<D: Device> CachingAllocator<D> {
+    /// `expandable_segments` is on and the device can do it.
+    #[inline]
+    pub(crate) fn expandable_active(&self) -> bool {
+        self.config.expandable_segments && self.device.supports_virtual_memory()
+    }
+
+    /// Sum of block sizes up to `size`, walking free (allocatable) blocks from `b`.
+    fn has_available_address_space(&self, mut b: Option<BlockId>, size: u64) -> bool {
+        let mut bytes = 0u64;
+        while bytes < size {
+            match b {
+                Some(id) if !self.blocks[id].is_active() => {
+                    bytes += self.blocks[id].size;
+                    b = self.blocks[id].next;
+                }
+                _ => break,
+            }
+        }
+        bytes >= size
+    }
+
+    /// 6.2: the lowest-address place on this stream with `size` bytes of free
+    /// and unmapped space, or a new reservation's unmapped block.
+    fn find_expandable_block(&mut self, params: &AllocParams) -> Result<BlockId, Error> {
+        let pool = &self.pools[params.pool.0 as usize];
+        let candidates: Vec<BlockId> =
+            pool.unmapped.range((params.stream, 0)..).take_while(|((s, _), _)| *s == params.stream).map(|(_, &id)| id).collect();
+        for unmapped in candidates {
+            let mut c = unmapped;
+            if let Some(p) = self.blocks[c].prev {
+                if !self.blocks[p].is_active() {
+                    c = p;
+                }
+            }
+            if self.has_available_address_space(Some(c), params.size) {
+                return Ok(c);
+            }
+        }
+        let small = self.pools[params.pool.0 as usize].is_small();
+        let page_size = if small { SMALL_BUFFER } else { self.config.large_segment_size_bytes };
+        let total = self.device.mem_get_info().total_bytes;
+        let address_space = total.saturating_add(total / 8).min(MAX_RESERVATION);
+        let size = address_space.div_ceil(page_size).max(1) * page_size;
+        let base = self.device.reserve_address_range(size)?;
+        let id = ExpandableId(self.expandable_segments.len() as u32);
+        self.expandable_segments.push(Some(ExpandableSegment {
+            base: base.0,
+            size,
+            page_size,
+            stream: params.stream,
+            pool: params.pool,
+        }));
+        let block = self.blocks.insert(Block {
+            addr: base.0,
+            size,
+            requested_size: 0,
+            stream: params.stream,
+            pool: params.pool,
+            prev: None,
+            next: None,
+            allocated: false,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            gc_count_base: 0,
+            held: false,
+            expandable: Some(id),
+            mapped: false,
+            context_when_allocated: None,
+            context_when_segment_allocated: None,
+        });
+        self.pools[params.pool.0 as usize].unmapped.insert((params.stream, base.0), block);
+        Ok(block)
+    }
+
+    /// 6.3: map pages until a free block of `params.size` exists at the
+    /// place `find_expandable_block` chose; returns it out of the free set.
+    /// `Ok(None)` when the device has no memory for the pages.
+    pub(crate) fn try_allocate_expandable_block(
+        &mut self,
+        params: &AllocParams,
+        context: &Option<Frames>,
+    ) -> Result<Option<BlockId>, Error> {
+        let mut candidate = self.find_expandable_block(params)?;
+        if !self.blocks[candidate].mapped {
+            let n = self.blocks[candidate].size.min(params.size);
+            if !self.map_block(candidate, n, context)? {
+                return Ok(None);
+            }
+        }
+        while self.blocks[candidate].size < params.size {
+            let remaining = params.size - self.blocks[candidate].size;
+            let next = self.blocks[candidate].next.expect("free space continues into an unmapped block");
+            let n = remaining.min(self.blocks[next].size);
+            if !self.map_block(next, n, context)? {
+                return Ok(None);
+            }
+            candidate = next;
+        }
+        self.remove_from_pool(candidate);
+        Ok(Some(candidate))
+    }
+
+    /// Maps the pages under the first `size` bytes of the unmapped block `id`;
+    /// the mapped part becomes a free block merged with free neighbours.
+    fn map_block(&mut self, id: BlockId, size: u64, context: &Option<Frames>) -> Result<bool, Error> {
+        let (addr, block_size, seg_id, stream, pool) = {
+            let b = &self.blocks[id];
+            debug_assert!(!b.mapped && size <= b.size);
+            (b.addr, b.size, b.expandable.expect("unmapped blocks are expandable"), b.stream, b.pool)
+        };
+        let seg = self.expandable_segments[seg_id.0 as usize].as_ref().expect("live segment");
+        let (begin, end) = seg.pages_covering(addr, size);
+        debug_assert_eq!(seg.page_addr(begin), addr);
+        let mapped_addr = seg.page_addr(begin);
+        let mapped_size = (end - begin) * seg.page_size;
+        let page = seg.page_size;
+        match self.device.map(DeviceAddr(mapped_addr), mapped_size, page) {
+            Ok(()) => {}
+            Err(DeviceError::OutOfMemory { .. }) => return Ok(false),
+            Err(other) => return Err(Error::Device(other)),
+        }
+        self.pools[pool.0 as usize].unmapped.remove(&(stream, addr));
+        self.blocks[id].mapped = true;
+        if mapped_size < block_size {
+            let next = self.blocks[id].next;
+            let rest = self.blocks.insert(Block {
+                addr: addr + mapped_size,
+                size: block_size - mapped_size,
+                requested_size: 0,
+                stream,
+                pool,
+                prev: Some(id),
+                next,
+                allocated: false,
+                event_count: 0,
+                stream_uses: Vec::new(),
+                gc_count_base: 0,
+                held: false,
+                expandable: Some(seg_id),
+                mapped: false,
+                context_when_allocated: None,
+                context_when_segment_allocated: None,
+            });
+            if let Some(n) = next {
+                self.blocks[n].prev = Some(rest);
+            }
+            self.blocks[id].next = Some(rest);
+            self.blocks[id].size = mapped_size;
+            self.pools[pool.0 as usize].unmapped.insert((stream, addr + mapped_size), rest);
+        }
+        let (prev, _) = (self.blocks[id].prev, ());
+        self.try_merge_blocks(id, prev);
+        let next = self.blocks[id].next;
+        self.try_merge_blocks(id, next);
+        self.insert_into_pool(id);
+        self.total_allocated_memory += mapped_size;
+        let kind = self.pools[pool.0 as usize].kind;
+        self.stats.account_map(kind, mapped_size);
+        let frames = self.trace_frames(context, ContextLevel::Alloc);
+        self.record_trace(TraceAction::SegmentMap, mapped_addr, mapped_size, stream, frames);
+        let keep_context = self.history.as_ref().is_some_and(|h| h.config.context >= ContextLevel::State);
+        let b = &mut self.blocks[id];
+        if b.prev.is_none() && b.context_when_segment_allocated.is_none() && keep_context {
+            b.context_when_segment_allocated = context.clone();
+        }
+        Ok(true)
+    }
+
+    /// 6.4: unmaps the whole pages inside the free block `id` (which is in
+    /// its pool's free set), leaving free mapped parts before and after.
+    pub(crate) fn unmap_block(&mut self, id: BlockId, context: &Option<Frames>) {
+        let (addr, size, seg_id, stream, pool) = {
+            let b = &self.blocks[id];
+            (b.addr, b.size, b.expandable.expect("expandable"), b.stream, b.pool)
+        };
+        let seg = self.expandable_segments[seg_id.0 as usize].as_ref().expect("live segment");
+        let (begin, end) = seg.pages_inside(addr, size);
+        if begin >= end {
+            return;
+        }
+        let unmapped_addr = seg.page_addr(begin);
+        let unmapped_size = (end - begin) * seg.page_size;
+        self.remove_from_pool(id);
+        let before_size = unmapped_addr - addr;
+        let after_size = size - before_size - unmapped_size;
+        let free_part = |a: u64, s: u64, prev, next| Block {
+            addr: a,
+            size: s,
+            requested_size: 0,
+            stream,
+            pool,
+            prev,
+            next,
+            allocated: false,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            gc_count_base: 0,
+            held: false,
+            expandable: Some(seg_id),
+            mapped: true,
+            context_when_allocated: None,
+            context_when_segment_allocated: None,
+        };
+        if before_size > 0 {
+            let prev = self.blocks[id].prev;
+            let before = self.blocks.insert(free_part(addr, before_size, prev, Some(id)));
+            if let Some(p) = prev {
+                self.blocks[p].next = Some(before);
+            }
+            self.blocks[id].prev = Some(before);
+            self.insert_into_pool(before);
+        }
+        if after_size > 0 {
+            let next = self.blocks[id].next;
+            let after = self.blocks.insert(free_part(unmapped_addr + unmapped_size, after_size, Some(id), next));
+            if let Some(n) = next {
+                self.blocks[n].prev = Some(after);
+            }
+            self.blocks[id].next = Some(after);
+            self.insert_into_pool(after);
+        }
+        self.device.unmap(DeviceAddr(unmapped_addr), unmapped_size);
+        let b = &mut self.blocks[id];
+        b.addr = unmapped_addr;
+        b.size = unmapped_size;
+        b.mapped = false;
+        let prev = b.prev;
+        self.try_merge_blocks(id, prev);
+        let next = self.blocks[id].next;
+        self.try_merge_blocks(id, next);
+        let b = &self.blocks[id];
+        self.pools[pool.0 as usize].unmapped.insert((stream, b.addr), id);
+        self.total_allocated_memory -= unmapped_size;
+        let kind = self.pools[pool.0 as usize].kind;
+        self.stats.account_unmap(kind, unmapped_size);
+        let frames = self.trace_frames(context, ContextLevel::Alloc);
+        self.record_trace(TraceAction::SegmentUnmap, unmapped_addr, unmapped_size, stream, frames);
+    }
+
+    /// Frees the reservation of a segment whose one block is all unmapped.
+    pub(crate) fn release_expandable_segment(&mut self, id: BlockId) {
+        let b = self.blocks.remove(id);
+        debug_assert!(!b.mapped && !b.is_split());
+        let seg_id = b.expandable.expect("expandable");
+        let seg = self.expandable_segments[seg_id.0 as usize].take().expect("live segment");
+        debug_assert_eq!(seg.size, b.size);
+        self.pools[b.pool.0 as usize].unmapped.remove(&(b.stream, b.addr));
+        self.device.release_address_range(DeviceAddr(seg.base), seg.size);
+    }
+
+    /// The reservation an expandable block lies in.
+    pub(crate) fn expandable_segment(&self, id: ExpandableId) -> &ExpandableSegment {
+        self.expandable_segments[id.0 as usize].as_ref().expect("live segment")
+    }
+
+    /// Live expandable segments.
+    pub(crate) fn live_expandable_segments(&self) -> impl Iterator<Item = (ExpandableId, &ExpandableSegment)> {
+        self.expandable_segments.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (ExpandableId(i as u32), s)))
+    }
+
+    /// Is `size` a small-pool size? (Used by the page-size choice.)
+    #[allow(dead_code)]
+    pub(crate) fn is_small_size(size: u64) -> bool {
+        size <= SMALL_SIZE
+    }
+}

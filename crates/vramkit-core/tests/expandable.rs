@@ -1,0 +1,142 @@
+//! Expandable segments (spec section 6), including worked example D.
+
+use crate::support::*;
+use vramkit_core::HistoryConfig;
+use vramkit_sim::SimDevice;
+
+fn expandable(capacity: u64) -> vramkit_core::CachingAllocator<SimDevice> {
+    let mut a = allocator_on(SimDevice::new(capacity), "expandable_segments:True");
+    a.record_history(Some(HistoryConfig::default()));
+    a
+}
+
+#[test]
+fn example_d_grow_and_shrink() {
+    let mut a = expandable(80 * GIB);
+    let p30 = a.malloc(30 * MIB, S0).unwrap();
+    assert_eq!(state(&a), lines("@0x0 large 41943040 stream 0: [31457280 A(31457280) | 10485760 I]"));
+    assert_eq!(a.stats().reserved_bytes.all.current, 40 * MIB as i64);
+    assert_eq!(a.stats().num_device_alloc, 1);
+    assert_eq!(a.stats().segment.all.current, 0, "mapping is not a segment");
+    assert_eq!(a.device().counters().reserves, 1);
+
+    let p15 = a.malloc(15 * MIB, S0).unwrap();
+    assert_eq!(p15.0, p30.0 + 30 * MIB);
+    assert_eq!(state(&a), lines("@0x0 large 62914560 stream 0: [31457280 A(31457280) | 15728640 A(15728640) | 15728640 I]"));
+    assert_eq!(a.stats().reserved_bytes.all.current, 60 * MIB as i64);
+    assert_eq!(a.stats().num_device_alloc, 2);
+
+    a.empty_cache();
+    assert_eq!(a.stats().reserved_bytes.all.current, 60 * MIB as i64, "no whole page is free");
+
+    a.free(p15).unwrap();
+    a.empty_cache();
+    assert_eq!(state(&a), lines("@0x0 large 41943040 stream 0: [31457280 A(31457280) | 10485760 I]"));
+    assert_eq!(a.stats().reserved_bytes.all.current, 40 * MIB as i64);
+    assert_eq!(a.stats().num_device_free, 1);
+    assert_eq!(a.stats().inactive_split.all.current, 0, "not kept for expandable blocks");
+    assert_eq!(
+        trace(&mut a),
+        lines(
+            "segment_map 0x0 41943040
+             alloc 0x0 31457280
+             segment_map 0x2800000 20971520
+             alloc 0x1e00000 15728640
+             free_requested 0x1e00000 15728640
+             free_completed 0x1e00000 15728640
+             segment_unmap 0x2800000 20971520
+             snapshot 0x0 31457280"
+        )
+    );
+
+    // Everything freed: all pages unmapped and the reservation released.
+    a.free(p30).unwrap();
+    a.empty_cache();
+    assert_eq!(state(&a), "");
+    assert_eq!(a.device().reservations(), 0);
+    assert_eq!(a.device().used_bytes(), 0);
+}
+
+#[test]
+fn small_pool_pages_are_2_mib() {
+    let mut a = expandable(80 * GIB);
+    let ps: Vec<_> = (0..5).map(|_| a.malloc(700 * KIB, S0).unwrap()).collect();
+    // 5 x 700 KiB = 3500 KiB: two 2 MiB pages, mapped one at a time.
+    assert_eq!(a.stats().reserved_bytes.small_pool.current, 4 * MIB as i64);
+    assert_eq!(a.stats().num_device_alloc, 2);
+    for p in ps {
+        a.free(p).unwrap();
+    }
+    a.empty_cache();
+    assert_eq!(a.stats().reserved_bytes.all.current, 0);
+}
+
+#[test]
+fn interior_free_blocks_are_preferred_over_the_frontier() {
+    let mut a = expandable(80 * GIB);
+    let x = a.malloc(25 * MIB, S0).unwrap(); // maps 40 MiB: [25 A | 15 I]
+    let _y = a.malloc(15 * MIB, S0).unwrap(); // fills the rest: [25 A | 15 A]
+    let z = a.malloc(30 * MIB, S0).unwrap(); // maps 40 more: [25 | 15 | 30 A | 10 I]
+    a.free(x).unwrap(); // free 25 MiB inside
+    // A 9 MiB request: best fit by plain size is the 10 MiB frontier block,
+    // but its growable size counts the unmapped tail, so the interior 25 MiB
+    // block is taken.
+    let w = a.malloc(9 * MIB, S0).unwrap();
+    assert_eq!(w, x);
+    let _ = z;
+}
+
+#[test]
+fn a_failed_map_leaves_earlier_maps_and_the_ladder_unmaps_them() {
+    // Three 20 MiB pages x, y, z; y is freed and unmapped, leaving a hole;
+    // then x and z are freed: [x free | hole | z free | unmapped tail].
+    let mut a = expandable(80 * GIB);
+    let [x, y, z] = [0; 3].map(|_| a.malloc(20 * MIB, S0).unwrap());
+    a.free(y).unwrap();
+    a.empty_cache();
+    a.free(x).unwrap();
+    a.free(z).unwrap();
+    assert_eq!(state(&a), lines("@0x0 large 20971520 stream 0: [20971520 I]\n@0x2800000 large 20971520 stream 0: [20971520 I]"));
+    // 70 MiB with 70 MiB of device: mapping the hole fits (60 MiB mapped),
+    // the tail page does not. The hole's map is not undone; the ladder's
+    // release unmaps everything free, releases the reservation, and the
+    // last try (a new reservation, 80 MiB) fails too.
+    a.device_mut().set_capacity(70 * MIB);
+    a.record_history(Some(HistoryConfig::default()));
+    let err = a.malloc(70 * MIB, S0).unwrap_err();
+    assert!(err.as_oom().is_some());
+    assert_eq!(
+        trace(&mut a),
+        lines(
+            "segment_map 0x1400000 20971520
+             segment_unmap 0x0 62914560
+             oom 0x4600000 73400320
+             snapshot 0x0 0"
+        )
+    );
+    assert_eq!(a.device().used_bytes(), 0);
+    assert_eq!(a.stats().reserved_bytes.all.current, 0);
+    assert_eq!(a.stats().num_alloc_retries, 1);
+}
+
+#[test]
+fn expandable_is_ignored_without_virtual_memory() {
+    let mut a = allocator_on(SimDevice::new(80 * GIB).without_virtual_memory(), "expandable_segments:True");
+    a.malloc(30 * MIB, S0).unwrap();
+    assert_eq!(a.stats().segment.all.current, 1);
+    assert_eq!(state(&a), lines("@0x0 large 31457280 stream 0: [31457280 A(31457280)]"));
+}
+
+#[test]
+fn turning_expandable_off_skips_expandable_blocks() {
+    let mut a = expandable(80 * GIB);
+    let p = a.malloc(30 * MIB, S0).unwrap();
+    a.free(p).unwrap();
+    a.update_settings("expandable_segments:False").unwrap();
+    let q = a.malloc(5 * MIB, S0).unwrap();
+    assert_ne!(q, p, "the expandable block is skipped");
+    assert_eq!(a.stats().segment.all.current, 1);
+    a.free(q).unwrap();
+    a.empty_cache();
+    assert_eq!(a.stats().reserved_bytes.all.current, 0, "empty_cache still releases expandable memory");
+}
