@@ -6,5 +6,6 @@ mod support;
 mod config;
 mod expandable;
 mod goldens;
+mod private_pools;
 mod property;
 mod scenarios;

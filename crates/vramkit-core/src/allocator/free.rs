@@ -20,7 +20,10 @@ impl<D: Device> CachingAllocator<D> {
         self.stats.account_free_requested(kind, size, oversize);
         let frames = self.free_trace_frames(id, &context);
         self.record_trace(TraceAction::FreeRequested, addr, requested, stream, frames);
-        if has_stream_uses {
+        if has_stream_uses && !self.captures_underway.is_empty() {
+            // Events recorded during a capture would be part of the graph.
+            self.deferred_frees.push(id);
+        } else if has_stream_uses {
             self.insert_events(id);
         } else if held {
             // free_completed comes from the caller.
@@ -39,6 +42,14 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
+    fn insert_events_deferred_until_no_capture(&mut self) {
+        if self.captures_underway.is_empty() && !self.deferred_frees.is_empty() {
+            for id in std::mem::take(&mut self.deferred_frees) {
+                self.insert_events(id);
+            }
+        }
+    }
+
     /// Records one event per stream that used the block; it stays active until they complete.
     fn insert_events(&mut self, id: BlockId) {
         let streams = std::mem::take(&mut self.blocks[id].stream_uses);
@@ -52,6 +63,7 @@ impl<D: Device> CachingAllocator<D> {
     /// 3 step 1: free the blocks whose events have completed, per stream in
     /// FIFO order, stopping at each stream's first incomplete event.
     pub(crate) fn process_events(&mut self, context: &Option<Frames>) {
+        self.insert_events_deferred_until_no_capture();
         if self.cuda_events.is_empty() {
             return;
         }
@@ -73,6 +85,7 @@ impl<D: Device> CachingAllocator<D> {
     /// 5.3 step 2: wait for every pending event and free what they held.
     pub(crate) fn synchronize_and_free_events(&mut self, context: &Option<Frames>) {
         self.stats.account_sync_all_streams();
+        self.insert_events_deferred_until_no_capture();
         let events = std::mem::take(&mut self.cuda_events);
         for (_, queue) in events {
             for pending in queue {

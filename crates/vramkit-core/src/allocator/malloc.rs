@@ -38,7 +38,9 @@ impl<D: Device> CachingAllocator<D> {
                 orig_size,
             ))));
         }
-        self.process_events(&context);
+        if self.captures_underway.is_empty() {
+            self.process_events(&context);
+        }
 
         let mut params = self.alloc_params(orig_size, stream);
         let found = self.get_free_block(&mut params);
@@ -51,7 +53,9 @@ impl<D: Device> CachingAllocator<D> {
             let ok = self.alloc_block(&mut params, false, &context)?
                 || (self.release_available_cached_blocks(&params, &context)
                     && self.alloc_block(&mut params, false, &context)?)
-                || (self.release_cached_blocks(Some(&context)) && self.alloc_block(&mut params, true, &context)?);
+                || (self.captures_underway.is_empty()
+                    && self.release_cached_blocks(Some(&context))
+                    && self.alloc_block(&mut params, true, &context)?);
             if !ok {
                 return Err(self.out_of_memory(&params, context));
             }
@@ -76,11 +80,12 @@ impl<D: Device> CachingAllocator<D> {
 
     /// The pool for a rounded size. Private-pool routing plugs in here.
     #[inline]
-    fn get_pool(&self, size: u64, _stream: StreamId) -> PoolIdx {
-        match PoolKind::for_size(size) {
+    fn get_pool(&self, size: u64, stream: StreamId) -> PoolIdx {
+        let kind = PoolKind::for_size(size);
+        self.route(kind, stream).unwrap_or(match kind {
             PoolKind::Small => SMALL_POOL,
             PoolKind::Large => LARGE_POOL,
-        }
+        })
     }
 
     /// Garbage collection runs only with a fraction limit and a threshold.

@@ -10,12 +10,14 @@ mod expandable;
 mod free;
 mod invariants;
 mod malloc;
+mod private_pool;
 mod release;
 mod restore;
 mod snapshot;
 mod what_if;
 
 pub use invariants::InvariantViolation;
+pub use private_pool::{PoolError, StreamFilter};
 pub use restore::RestoreError;
 
 use crate::block::{BlockArena, BlockId, PendingEvent, PoolIdx};
@@ -70,6 +72,15 @@ pub struct CachingAllocator<D: Device> {
     /// The limit in bytes when `set_fraction`.
     pub(crate) allowed_memory_maximum: u64,
     pub(crate) history: Option<History>,
+    /// Live private pools by id.
+    pub(crate) private_pools: BTreeMap<MempoolId, private_pool::PrivatePool>,
+    /// Private pools with no users left, whose segments `empty_cache` frees.
+    pub(crate) freeable_pools: Vec<MempoolId>,
+    /// Blocks freed with stream uses during a capture; their events are
+    /// recorded once no capture is underway.
+    pub(crate) deferred_frees: Vec<BlockId>,
+    /// Active "allocate to pool" routings, oldest first.
+    pub(crate) captures_underway: Vec<(MempoolId, StreamFilter)>,
     /// Expandable segments by id; `None` once released.
     pub(crate) expandable_segments: Vec<Option<expandable::ExpandableSegment>>,
     /// `max_split_size` has been changed since construction, so the oversize
@@ -122,6 +133,10 @@ impl<D: Device> CachingAllocator<D> {
             history: None,
             max_split_size_changed: false,
             expandable_segments: Vec::new(),
+            private_pools: BTreeMap::new(),
+            freeable_pools: Vec::new(),
+            captures_underway: Vec::new(),
+            deferred_frees: Vec::new(),
         };
         if allocator.config.per_process_memory_fraction < 1.0 {
             allocator.apply_memory_fraction(allocator.config.per_process_memory_fraction);

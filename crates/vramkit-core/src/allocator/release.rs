@@ -75,15 +75,18 @@ impl<D: Device> CachingAllocator<D> {
     pub(crate) fn release_cached_blocks(&mut self, context: Option<&Option<Frames>>) -> bool {
         let none = None;
         let context = context.unwrap_or(&none);
-        self.synchronize_and_free_events(context);
-        self.release_blocks(LARGE_POOL, context);
-        self.release_blocks(SMALL_POOL, context);
+        if self.captures_underway.is_empty() {
+            self.synchronize_and_free_events(context);
+            self.release_blocks(LARGE_POOL, context);
+            self.release_blocks(SMALL_POOL, context);
+        }
+        self.release_freeable_pools(context);
         true
     }
 
     /// Frees every whole free segment of one pool, in the pool's order, then
     /// unmaps the whole pages of its free expandable blocks in that order.
-    fn release_blocks(&mut self, pool: PoolIdx, context: &Option<Frames>) {
+    pub(crate) fn release_blocks(&mut self, pool: PoolIdx, context: &Option<Frames>) {
         let mut to_unmap = Vec::new();
         let free: Vec<BlockId> = self.pools[pool.0 as usize].blocks.iter().map(|e| e.id).collect();
         for id in free {

@@ -77,9 +77,7 @@ impl<D: Device> CachingAllocator<D> {
         if s.is_expandable {
             return Err(RestoreError::Unsupported { address: s.address, what: "an expandable segment" });
         }
-        if s.segment_pool_id != (0, 0) {
-            return Err(RestoreError::Unsupported { address: s.address, what: "a private-pool segment" });
-        }
+
         if s.blocks.is_empty() {
             return Err(bad("it has no blocks".into()));
         }
@@ -87,9 +85,21 @@ impl<D: Device> CachingAllocator<D> {
         if sum != s.total_size {
             return Err(bad(format!("its blocks add up to {sum} bytes, not its total_size {}", s.total_size)));
         }
-        let pool = match s.segment_type {
-            PoolKind::Small => SMALL_POOL,
-            PoolKind::Large => LARGE_POOL,
+        let pool = if s.segment_pool_id == (0, 0) {
+            match s.segment_type {
+                PoolKind::Small => SMALL_POOL,
+                PoolKind::Large => LARGE_POOL,
+            }
+        } else {
+            // A private pool seen in a snapshot: one user (it is alive), not routed to.
+            if !self.private_pools.contains_key(&s.segment_pool_id) {
+                self.create_pool(s.segment_pool_id).map_err(|e| RestoreError::BadSegment { address: s.address, problem: e.to_string() })?;
+            }
+            let p = &self.private_pools[&s.segment_pool_id];
+            match s.segment_type {
+                PoolKind::Small => p.small,
+                PoolKind::Large => p.large,
+            }
         };
         let kind = s.segment_type;
         let stream = StreamId(s.stream);

@@ -61,6 +61,10 @@ impl<D: Device> CachingAllocator<D> {
             history: None,
             max_split_size_changed: self.max_split_size_changed,
             expandable_segments: self.expandable_segments.clone(),
+            private_pools: self.private_pools.clone(),
+            freeable_pools: self.freeable_pools.clone(),
+            captures_underway: self.captures_underway.clone(),
+            deferred_frees: self.deferred_frees.clone(),
         }
     }
 
@@ -138,7 +142,7 @@ impl<D: Device> CachingAllocator<D> {
             limit_bytes: self.memory_limit_bytes(),
             allocated_bytes: self.stats.allocated_bytes.all.current as u64,
             reserved_bytes: self.stats.reserved_bytes.all.current as u64,
-            private_pool_free_bytes: 0,
+            private_pool_free_bytes: self.private_pool_free_bytes(),
             more_than_one_exabyte: false,
             diagnosis: Some(OomDiagnosis {
                 rounded_size_bytes: params.size,
