@@ -140,3 +140,32 @@ fn turning_expandable_off_skips_expandable_blocks() {
     a.empty_cache();
     assert_eq!(a.stats().reserved_bytes.all.current, 0, "empty_cache still releases expandable memory");
 }
+
+#[test]
+fn r24_targeted_release_of_an_expandable_block_is_pytorchs_internal_assert() {
+    use vramkit_core::config::Compat;
+    for (compat, crashes) in [(Compat::R26, false), (Compat::R24, true)] {
+        let config = vramkit_core::AllocatorConfig::builder()
+            .expandable_segments(true)
+            .max_split_size_bytes(Some(40 * MIB))
+            .compat(compat)
+            .build()
+            .unwrap();
+        let mut a = vramkit_core::CachingAllocator::new(SimDevice::new(120 * MIB), config);
+        let big = a.malloc(100 * MIB, S0).unwrap(); // maps 100 MiB: [100 A]
+        let _pin = a.malloc(10 * MIB, S0).unwrap(); // maps 20 more: [100 A | 10 A | 10 I]
+        a.free(big).unwrap(); // a free oversize expandable block, walled in by the pin
+        // 30 MiB: the oversize block is refused (30 < 40 <= 100); mapping a
+        // page after the 10 MiB tail exceeds 120 MiB; the targeted stage
+        // looks for a cached block >= 40 MiB and meets the expandable one.
+        let r = a.malloc(30 * MIB, S0);
+        if crashes {
+            let err = r.unwrap_err();
+            assert!(err.to_string().contains("INTERNAL ASSERT FAILED"), "{err}");
+        } else {
+            // R26 skips it; the full release unmaps it and the retry maps anew.
+            assert_eq!(r.unwrap(), big);
+            assert_eq!(a.stats().num_alloc_retries, 1);
+        }
+    }
+}

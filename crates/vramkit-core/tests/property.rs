@@ -229,10 +229,15 @@ fn preset(name: &str) -> AllocatorConfig {
     .expect("presets are valid")
 }
 
+/// Cases per preset: `PROPTEST_CASES`, or 48 for CI.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48)
+}
+
 macro_rules! gen_property_tests {
     ($($name:ident),* $(,)?) => {
         proptest! {
-            #![proptest_config(ProptestConfig { cases: 48, max_shrink_iters: 2000, ..ProptestConfig::default() })]
+            #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 2000, ..ProptestConfig::default() })]
             $(
                 #[test]
                 fn $name(actions in proptest::collection::vec(action_strategy(), 1..300)) {

@@ -51,7 +51,7 @@ impl<D: Device> CachingAllocator<D> {
                 self.garbage_collect_cached_blocks(&context);
             }
             let ok = self.alloc_block(&mut params, false, &context)?
-                || (self.release_available_cached_blocks(&params, &context)
+                || (self.release_available_cached_blocks(&params, &context)?
                     && self.alloc_block(&mut params, false, &context)?)
                 || (self.captures_underway.is_empty()
                     && self.release_cached_blocks(Some(&context))

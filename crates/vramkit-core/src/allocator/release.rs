@@ -4,7 +4,8 @@
 use super::malloc::AllocParams;
 use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
 use crate::block::{BlockId, PoolIdx};
-use crate::device::{DeviceAddr, Device};
+use crate::device::{Device, DeviceAddr, DeviceError};
+use crate::error::Error;
 use crate::history::ContextLevel;
 use crate::snapshot::{Frames, TraceAction};
 
@@ -29,14 +30,29 @@ impl<D: Device> CachingAllocator<D> {
     /// 5.2: before retrying, free cached oversize blocks of the request's
     /// pool and stream: the smallest one big enough, or else from the largest
     /// down until enough is freed. Returns whether enough was freed.
-    pub(crate) fn release_available_cached_blocks(&mut self, params: &AllocParams, context: &Option<Frames>) -> bool {
+    pub(crate) fn release_available_cached_blocks(
+        &mut self,
+        params: &AllocParams,
+        context: &Option<Frames>,
+    ) -> Result<bool, Error> {
         let max_split_size = self.config.max_split_size();
         if max_split_size == u64::MAX {
-            return false;
+            return Ok(false);
         }
         let pool = &self.pools[params.pool.0 as usize];
         let key_size = params.size.max(max_split_size);
-        match pool.blocks.lower_bound(params.stream, key_size) {
+        let found = pool.blocks.lower_bound(params.stream, key_size);
+        if let Some(f) = found {
+            if self.config.compat.release_considers_expandable && self.blocks[f.id].expandable.is_some() {
+                // PyTorch 2.4 tried to cudaFree an expandable block here and
+                // died on an internal assert (GitHub #119452, #123548).
+                return Err(Error::Device(DeviceError::Other {
+                    call: "release_available_cached_blocks",
+                    message: "INTERNAL ASSERT FAILED: !block->expandable_segment_ (PyTorch 2.4 with expandable_segments and max_split_size_mb, GitHub #119452)".into(),
+                }));
+            }
+        }
+        Ok(match found {
             Some(found) if self.releasable(found.id) => {
                 let id = found.id;
                 self.release_block(id, context);
@@ -60,7 +76,7 @@ impl<D: Device> CachingAllocator<D> {
                 }
                 total_released >= key_size
             }
-        }
+        })
     }
 
     /// Whole and not part of an expandable segment.
