@@ -210,6 +210,11 @@ impl SimDevice {
         self.queued_addresses.push_back(addr);
     }
 
+    /// Forgets addresses queued with `push_address` and not used.
+    pub fn clear_queued_addresses(&mut self) {
+        self.queued_addresses.clear();
+    }
+
     /// Takes over a range allocated before the simulation started (a
     /// replay's start state), without counting a malloc. Later bump
     /// addresses start above it. Panics if it overlaps a live range.

@@ -1,0 +1,36 @@
+//! Replaying PyTorch memory traces.
+//!
+//! # Architecture
+//! A snapshot is split by device ([`DeviceTrace`]). Its trace is a window,
+//! so [`window::rebuild_start`] first rebuilds the state at the window's
+//! first entry from the end-state segments. From there:
+//! - [`verify`] replays under the recorded settings with the recorded
+//!   segment addresses and compares every placement, segment event and the
+//!   end state with what PyTorch did;
+//! - the oracle replay follows the trace's own placement (the ground truth
+//!   over time), and the model replay lets a `CachingAllocator<SimDevice>`
+//!   decide placement under any settings; both produce [`Metrics`].
+//! `releases` tells `empty_cache()` calls from the retry ladder.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod releases;
+pub mod trace;
+pub mod verify;
+pub mod window;
+
+pub use trace::DeviceTrace;
+pub use verify::{verify, Divergence, VerifyReport};
+pub use window::{rebuild_start, StartState, WindowError};
+
+/// Why a replay could not run.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The start state could not be rebuilt.
+    #[error(transparent)]
+    Window(#[from] WindowError),
+    /// The rebuilt state was refused by the allocator.
+    #[error("the rebuilt start state is not a valid allocator state: {0}")]
+    Restore(#[from] vramkit_core::RestoreError),
+}

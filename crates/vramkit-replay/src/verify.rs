@@ -1,0 +1,218 @@
+//! `verify`: is the simulator PyTorch?
+//!
+//! Replays a trace from its rebuilt start state under the settings it was
+//! recorded with, the device handing back the addresses the trace recorded
+//! for new segments, and compares three things with what PyTorch did: the
+//! address of every `alloc`, the sequence of segment events, and the end
+//! state (every block's address, size and state).
+
+use crate::releases::{classify_release_runs, ReleaseRun};
+use crate::trace::DeviceTrace;
+use crate::window::{rebuild_start, StartState};
+use crate::ReplayError;
+use std::collections::HashMap;
+use vramkit_core::{
+    AllocatorConfig, BlockState, CachingAllocator, DeviceAddr, HistoryConfig, SegmentInfo, StreamId, TraceAction, TraceEntry,
+};
+use vramkit_sim::SimDevice;
+
+/// Where the model first did something PyTorch did not.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Divergence {
+    /// `alloc address`, `segment events` or `end state`.
+    pub kind: String,
+    /// Index of the trace entry (for `alloc address`; the first differing
+    /// segment event's position for `segment events`).
+    pub event_index: Option<usize>,
+    /// What PyTorch did.
+    pub expected: String,
+    /// What the model did.
+    pub got: String,
+    /// The trace entries around it.
+    pub context: Vec<String>,
+}
+
+/// The result of `verify` for one device.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct VerifyReport {
+    /// Device index.
+    pub device: i64,
+    /// `alloc` entries in the trace.
+    pub alloc_events: u64,
+    /// Of those, placed at the address PyTorch chose.
+    pub placed_same: u64,
+    /// `placed_same / alloc_events` (1 when there are none).
+    pub match_rate: f64,
+    /// Segment events in the trace.
+    pub segment_events_recorded: u64,
+    /// Segment events the model made.
+    pub segment_events_predicted: u64,
+    /// The two sequences are equal (action, address, size, order).
+    pub segment_events_identical: bool,
+    /// The model's end state equals the snapshot's segments.
+    pub end_state_identical: bool,
+    /// The trace stops before the snapshot's state (an edited file); the
+    /// never-freed allocations were freed before comparing.
+    pub trace_cut: bool,
+    /// The first divergence, if any.
+    pub first_divergence: Option<Divergence>,
+}
+
+impl VerifyReport {
+    /// Every placement, segment event and the end state agree.
+    pub fn passed(&self) -> bool {
+        self.match_rate == 1.0 && self.segment_events_identical && self.end_state_identical
+    }
+}
+
+fn describe(e: &TraceEntry) -> String {
+    format!("{} addr={:#x} size={} stream={}", e.action.as_str(), e.addr, e.size, e.stream)
+}
+
+fn context(events: &[TraceEntry], at: usize) -> Vec<String> {
+    let from = at.saturating_sub(5);
+    let to = (at + 3).min(events.len());
+    (from..to).map(|i| format!("{}{i}: {}", if i == at { "> " } else { "  " }, describe(&events[i]))).collect()
+}
+
+/// Verifies one device's trace under `config` (the recorded settings).
+pub fn verify(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<VerifyReport, ReplayError> {
+    let start = rebuild_start(trace, config)?;
+    let mut model = start_model(&start, config, SimDevice::unlimited())?;
+    model.record_history(Some(HistoryConfig { record_trace: true, max_entries: usize::MAX, context: vramkit_core::ContextLevel::Never }));
+
+    let events = &trace.events;
+    let empty_caches: Vec<usize> = classify_release_runs(events)
+        .into_iter()
+        .filter(|(_, kind)| *kind == ReleaseRun::EmptyCache)
+        .map(|(i, _)| i)
+        .collect();
+    let mut addr_map: HashMap<u64, u64> = HashMap::new();
+    let mut first_divergence = None;
+    let (mut alloc_events, mut placed_same) = (0u64, 0u64);
+    for (i, e) in events.iter().enumerate() {
+        let mapped = |a: u64| DeviceAddr(addr_map.get(&a).copied().unwrap_or(a));
+        match e.action {
+            TraceAction::Alloc => {
+                alloc_events += 1;
+                let got = model.malloc(e.size, StreamId(e.stream));
+                model.device_mut().clear_queued_addresses();
+                match got {
+                    Ok(p) if p.0 == e.addr => placed_same += 1,
+                    Ok(p) => {
+                        addr_map.insert(e.addr, p.0);
+                        first_divergence.get_or_insert_with(|| Divergence {
+                            kind: "alloc address".into(),
+                            event_index: Some(i),
+                            expected: format!("{:#x}", e.addr),
+                            got: format!("{p}"),
+                            context: context(events, i),
+                        });
+                    }
+                    Err(err) => {
+                        first_divergence.get_or_insert_with(|| Divergence {
+                            kind: "alloc address".into(),
+                            event_index: Some(i),
+                            expected: format!("{:#x}", e.addr),
+                            got: format!("error: {}", err.to_string().lines().next().unwrap_or_default()),
+                            context: context(events, i),
+                        });
+                    }
+                }
+            }
+            TraceAction::FreeRequested => {
+                let _ = model.free_requested(mapped(e.addr));
+            }
+            TraceAction::FreeCompleted => {
+                let _ = model.free_completed(mapped(e.addr));
+                addr_map.remove(&e.addr);
+            }
+            TraceAction::SegmentAlloc => model.device_mut().push_address(e.addr),
+            TraceAction::SegmentFree if empty_caches.binary_search(&i).is_ok() => model.empty_cache(),
+            _ => {}
+        }
+    }
+    for &a in &start.cut_frees {
+        let p = DeviceAddr(addr_map.get(&a).copied().unwrap_or(a));
+        let _ = model.free_requested(p);
+        let _ = model.free_completed(p);
+    }
+
+    let recorded: Vec<(TraceAction, u64, u64)> = segment_events(events.iter());
+    let snap = model.snapshot();
+    let predicted: Vec<(TraceAction, u64, u64)> = segment_events(snap.device_traces.iter().flatten());
+    let segment_events_identical = recorded == predicted;
+    if !segment_events_identical {
+        let at = recorded.iter().zip(&predicted).position(|(a, b)| a != b).unwrap_or(recorded.len().min(predicted.len()));
+        let show = |v: &[(TraceAction, u64, u64)]| {
+            v.get(at).map_or("nothing".to_string(), |(a, addr, size)| format!("{} {addr:#x} {size}", a.as_str()))
+        };
+        first_divergence.get_or_insert_with(|| Divergence {
+            kind: "segment events".into(),
+            event_index: Some(at),
+            expected: show(&recorded),
+            got: show(&predicted),
+            context: Vec::new(),
+        });
+    }
+    let end_diff = compare_end_state(&trace.end_segments, &model.segments());
+    if let Some((expected, got)) = &end_diff {
+        first_divergence.get_or_insert_with(|| Divergence {
+            kind: "end state".into(),
+            event_index: None,
+            expected: expected.clone(),
+            got: got.clone(),
+            context: Vec::new(),
+        });
+    }
+    Ok(VerifyReport {
+        device: trace.device,
+        alloc_events,
+        placed_same,
+        match_rate: if alloc_events == 0 { 1.0 } else { placed_same as f64 / alloc_events as f64 },
+        segment_events_recorded: recorded.len() as u64,
+        segment_events_predicted: predicted.len() as u64,
+        segment_events_identical,
+        end_state_identical: end_diff.is_none(),
+        trace_cut: !start.cut_frees.is_empty(),
+        first_divergence,
+    })
+}
+
+/// An allocator in the start state, on `device` holding the start segments.
+pub(crate) fn start_model(
+    start: &StartState,
+    config: &AllocatorConfig,
+    mut device: SimDevice,
+) -> Result<CachingAllocator<SimDevice>, ReplayError> {
+    for s in &start.segments {
+        device.adopt(s.address, s.total_size);
+    }
+    Ok(CachingAllocator::restore(device, config.clone(), &start.segments)?)
+}
+
+fn segment_events<'a>(entries: impl Iterator<Item = &'a TraceEntry>) -> Vec<(TraceAction, u64, u64)> {
+    entries
+        .filter(|e| matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentFree | TraceAction::SegmentMap | TraceAction::SegmentUnmap))
+        .map(|e| (e.action, e.addr, e.size))
+        .collect()
+}
+
+/// The first difference between two end states, as (expected, got) descriptions.
+fn compare_end_state(expected: &[SegmentInfo], got: &[SegmentInfo]) -> Option<(String, String)> {
+    type Shape = (u64, u64, Vec<(u64, u64, BlockState)>);
+    let shape = |s: &SegmentInfo| -> Shape {
+        (s.address, s.total_size, s.blocks.iter().map(|b| (b.address, b.size, b.state)).collect())
+    };
+    let show = |s: Option<&Shape>| match s {
+        None => "no segment".to_string(),
+        Some((a, t, blocks)) => format!(
+            "segment {a:#x} ({t} bytes): {}",
+            blocks.iter().map(|(ba, bs, st)| format!("{ba:#x}+{bs} {}", st.as_str())).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    let e: Vec<Shape> = expected.iter().map(shape).collect();
+    let g: Vec<Shape> = got.iter().map(shape).collect();
+    let at = (0..e.len().max(g.len())).find(|&i| e.get(i) != g.get(i))?;
+    Some((show(e.get(at)), show(g.get(at))))
+}

@@ -1,0 +1,290 @@
+//! Rebuilding the allocator state at the start of a trace window.
+//!
+//! A trace is the tail of a ring buffer: memory was allocated before its
+//! first entry. The snapshot's `segments` are the state at its last entry.
+//! Walking the trace backwards from them (spec 13, item 5):
+//! - a segment exists at the start unless its first segment event in the
+//!   window is a `segment_alloc`; one whose first event is a `segment_free`
+//!   existed although it is gone at the end;
+//! - a block is live at the start if its address's first block event is a
+//!   `free_requested` (allocated) or a `free_completed` (pending free), or
+//!   if it is active at the end and no event touched its address (a survivor);
+//! - a survivor keeps its end-state size; a block freed in the window has
+//!   size `round_size(requested)`, plus, in the large pool of a classic
+//!   segment, the tail it was handed with: the whole gap after it when that
+//!   gap leaves at most 1 MiB over, or up to the first allocation that lands
+//!   within 1 MiB after it while it is live;
+//! - the space between live blocks is one free block per gap (free blocks
+//!   are always merged).
+
+use crate::trace::DeviceTrace;
+use std::collections::{BTreeMap, HashMap};
+use vramkit_core::rounding::{round_size, PoolKind, LARGE_SPLIT_REMAINDER, SMALL_BUFFER};
+use vramkit_core::{AllocatorConfig, BlockInfo, BlockState, Frames, SegmentInfo, TraceAction};
+
+/// The state at the start of the window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StartState {
+    /// Segments at the first entry, sorted by address.
+    pub segments: Vec<SegmentInfo>,
+    /// Allocations the trace never frees whose blocks are free at the end:
+    /// the trace stops before the `segments` state (an edited file). Their
+    /// addresses, in allocation order.
+    pub cut_frees: Vec<u64>,
+}
+
+/// Why the start state cannot be rebuilt.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WindowError {
+    /// The trace and the end state contradict each other.
+    #[error("device {device}: the trace does not fit the snapshot's segments: {detail}")]
+    Inconsistent {
+        /// Device index.
+        device: i64,
+        /// What does not fit.
+        detail: String,
+    },
+    /// The trace has something this version cannot rebuild yet.
+    #[error("device {device}: {what} cannot be replayed yet")]
+    Unsupported {
+        /// Device index.
+        device: i64,
+        /// What.
+        what: &'static str,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct StartSegment {
+    address: u64,
+    size: u64,
+    stream: u64,
+    kind: PoolKind,
+    pool_id: (u64, u64),
+    frames: Option<Frames>,
+}
+
+#[derive(Clone, Debug)]
+struct LiveBlock {
+    addr: u64,
+    /// Known for survivors; computed for the others.
+    size: Option<u64>,
+    requested: u64,
+    state: BlockState,
+    frames: Option<Frames>,
+    /// Index of the block's first `free_completed` in the window.
+    freed_at: Option<usize>,
+}
+
+/// Rebuilds the state at the window's first entry.
+pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<StartState, WindowError> {
+    let device = trace.device;
+    let inconsistent = |detail: String| WindowError::Inconsistent { device, detail };
+    if trace.events.iter().any(|e| matches!(e.action, TraceAction::SegmentMap | TraceAction::SegmentUnmap))
+        || trace.end_segments.iter().any(|s| s.is_expandable)
+    {
+        return Err(WindowError::Unsupported { device, what: "a trace with expandable segments" });
+    }
+
+    // Segments at the start.
+    let mut first_segment_event: HashMap<u64, (TraceAction, u64, u64)> = HashMap::new();
+    for e in &trace.events {
+        if matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentFree) {
+            first_segment_event.entry(e.addr).or_insert((e.action, e.size, e.stream));
+        }
+    }
+    let mut segments: BTreeMap<u64, StartSegment> = BTreeMap::new();
+    for s in &trace.end_segments {
+        if !matches!(first_segment_event.get(&s.address), Some((TraceAction::SegmentAlloc, ..))) {
+            segments.insert(
+                s.address,
+                StartSegment {
+                    address: s.address,
+                    size: s.total_size,
+                    stream: s.stream,
+                    kind: s.segment_type,
+                    pool_id: s.segment_pool_id,
+                    frames: s.frames.clone(),
+                },
+            );
+        }
+    }
+    for (&addr, &(action, size, stream)) in &first_segment_event {
+        if action == TraceAction::SegmentFree && !segments.contains_key(&addr) {
+            let kind = if size == SMALL_BUFFER { PoolKind::Small } else { PoolKind::Large };
+            segments.insert(addr, StartSegment { address: addr, size, stream, kind, pool_id: (0, 0), frames: None });
+        }
+    }
+
+    // Blocks live at the start.
+    let mut first_block_event: HashMap<u64, (TraceAction, usize)> = HashMap::new();
+    let mut first_completed: HashMap<u64, usize> = HashMap::new();
+    for (i, e) in trace.events.iter().enumerate() {
+        match e.action {
+            TraceAction::Alloc | TraceAction::FreeRequested => {
+                first_block_event.entry(e.addr).or_insert((e.action, i));
+            }
+            TraceAction::FreeCompleted => {
+                first_block_event.entry(e.addr).or_insert((e.action, i));
+                first_completed.entry(e.addr).or_insert(i);
+            }
+            _ => {}
+        }
+    }
+    let mut live: BTreeMap<u64, LiveBlock> = BTreeMap::new();
+    for s in &trace.end_segments {
+        for b in s.blocks.iter().filter(|b| b.state.is_active()) {
+            if !first_block_event.contains_key(&b.address) && segments.contains_key(&s.address) {
+                live.insert(
+                    b.address,
+                    LiveBlock {
+                        addr: b.address,
+                        size: Some(b.size),
+                        requested: b.requested_size,
+                        state: b.state,
+                        frames: b.frames.clone(),
+                        freed_at: None,
+                    },
+                );
+            }
+        }
+    }
+    for (&addr, &(action, i)) in &first_block_event {
+        let state = match action {
+            TraceAction::FreeRequested => BlockState::ActiveAllocated,
+            TraceAction::FreeCompleted => BlockState::ActivePendingFree,
+            _ => continue,
+        };
+        let e = &trace.events[i];
+        live.insert(
+            addr,
+            LiveBlock {
+                addr,
+                size: None,
+                requested: e.size,
+                state,
+                frames: e.frames.clone(),
+                freed_at: first_completed.get(&addr).copied(),
+            },
+        );
+    }
+
+    // Sizes of the blocks freed in the window.
+    let addrs: Vec<u64> = live.keys().copied().collect();
+    for (k, &a) in addrs.iter().enumerate() {
+        let seg = segments
+            .range(..=a)
+            .next_back()
+            .map(|(_, s)| s)
+            .filter(|s| a < s.address + s.size)
+            .ok_or_else(|| inconsistent(format!("a block at {a:#x} is live at the start but lies in no segment")))?;
+        let seg_end = seg.address + seg.size;
+        let next = addrs.get(k + 1).copied().filter(|&n| n < seg_end).unwrap_or(seg_end);
+        let gap = next - a;
+        let block = live.get_mut(&a).expect("listed");
+        if block.size.is_some() {
+            continue;
+        }
+        let r = round_size(block.requested, &config.roundup_power2_divisions);
+        if r > gap {
+            return Err(inconsistent(format!(
+                "the block at {a:#x} needs {r} bytes but only {gap} are free before the next block or the segment end"
+            )));
+        }
+        let mut size = r;
+        if seg.kind == PoolKind::Large {
+            if gap - r <= LARGE_SPLIT_REMAINDER {
+                size = gap;
+            } else {
+                let until = block.freed_at.unwrap_or(trace.events.len());
+                let landing = trace.events[..until]
+                    .iter()
+                    .filter(|e| e.action == TraceAction::Alloc && e.addr >= a + r && e.addr <= a + r + LARGE_SPLIT_REMAINDER)
+                    .map(|e| e.addr)
+                    .min();
+                if let Some(x) = landing {
+                    size = x - a;
+                }
+            }
+        }
+        block.size = Some(size);
+    }
+
+    // Assemble segments: live blocks plus one free block per gap.
+    let mut out = Vec::with_capacity(segments.len());
+    for seg in segments.values() {
+        let end = seg.address + seg.size;
+        let mut blocks = Vec::new();
+        let mut cursor = seg.address;
+        for b in live.range(seg.address..end).map(|(_, b)| b) {
+            let size = b.size.expect("sized above");
+            if b.addr < cursor {
+                return Err(inconsistent(format!("blocks overlap at {:#x}", b.addr)));
+            }
+            if b.addr > cursor {
+                blocks.push(free_block(cursor, b.addr - cursor));
+            }
+            if b.addr + size > end {
+                return Err(inconsistent(format!("the block at {:#x} runs past its segment's end {end:#x}", b.addr)));
+            }
+            blocks.push(BlockInfo { address: b.addr, size, requested_size: b.requested, state: b.state, frames: b.frames.clone() });
+            cursor = b.addr + size;
+        }
+        if cursor < end {
+            blocks.push(free_block(cursor, end - cursor));
+        }
+        out.push(segment_info(trace.device, seg, blocks));
+    }
+
+    Ok(StartState { segments: out, cut_frees: cut_frees(trace) })
+}
+
+fn free_block(address: u64, size: u64) -> BlockInfo {
+    BlockInfo { address, size, requested_size: 0, state: BlockState::Inactive, frames: None }
+}
+
+fn segment_info(device: i64, seg: &StartSegment, blocks: Vec<BlockInfo>) -> SegmentInfo {
+    let allocated_size = blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum();
+    let active: Vec<&BlockInfo> = blocks.iter().filter(|b| b.state.is_active()).collect();
+    SegmentInfo {
+        device,
+        address: seg.address,
+        total_size: seg.size,
+        allocated_size,
+        active_size: active.iter().map(|b| b.size).sum(),
+        requested_size: active.iter().map(|b| b.requested_size).sum(),
+        stream: seg.stream,
+        segment_type: seg.kind,
+        segment_pool_id: seg.pool_id,
+        is_expandable: false,
+        frames: seg.frames.clone(),
+        blocks,
+    }
+}
+
+/// Allocations never freed in the trace whose blocks are not active at the end.
+fn cut_frees(trace: &DeviceTrace) -> Vec<u64> {
+    let mut open: BTreeMap<u64, usize> = BTreeMap::new();
+    for (i, e) in trace.events.iter().enumerate() {
+        match e.action {
+            TraceAction::Alloc => {
+                open.insert(e.addr, i);
+            }
+            TraceAction::FreeRequested => {
+                open.remove(&e.addr);
+            }
+            _ => {}
+        }
+    }
+    let active_at_end: std::collections::HashSet<u64> = trace
+        .end_segments
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| b.state.is_active())
+        .map(|b| b.address)
+        .collect();
+    let mut cut: Vec<(usize, u64)> = open.into_iter().filter(|(a, _)| !active_at_end.contains(a)).map(|(a, i)| (i, a)).collect();
+    cut.sort_unstable();
+    cut.into_iter().map(|(_, a)| a).collect()
+}
