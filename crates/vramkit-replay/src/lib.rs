@@ -14,11 +14,17 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod metrics;
+pub mod model;
+pub mod oracle;
 pub mod releases;
 pub mod trace;
 pub mod verify;
 pub mod window;
 
+pub use metrics::{Metrics, Sample};
+pub use model::{model_replay, ModelOptions};
+pub use oracle::oracle_replay;
 pub use trace::DeviceTrace;
 pub use verify::{verify, Divergence, VerifyReport};
 pub use window::{rebuild_start, StartState, WindowError};
@@ -33,4 +39,7 @@ pub enum ReplayError {
     /// The rebuilt state was refused by the allocator.
     #[error("the rebuilt start state is not a valid allocator state: {0}")]
     Restore(#[from] vramkit_core::RestoreError),
+    /// The model allocator failed with something other than out-of-memory.
+    #[error("the model allocator failed: {0}")]
+    Model(String),
 }

@@ -1,0 +1,126 @@
+//! Model replay: a `CachingAllocator<SimDevice>` decides placement under
+//! any settings, from the rebuilt start state, driven by the trace's
+//! allocations, frees and `empty_cache()` calls.
+//!
+//! New segments get addresses above every address the trace mentions, in
+//! allocation order, so results never depend on an arbitrary base.
+
+use crate::metrics::{LowerBound, Metrics, Sample, Timeline};
+use crate::releases::{classify_release_runs, ReleaseRun};
+use crate::trace::DeviceTrace;
+use crate::verify::start_model;
+use crate::window::rebuild_start;
+use crate::ReplayError;
+use std::collections::HashMap;
+use vramkit_core::{AllocatorConfig, DeviceAddr, Error, StreamId, TraceAction};
+use vramkit_sim::SimDevice;
+
+/// How to run a model replay.
+#[derive(Clone, Debug)]
+pub struct ModelOptions {
+    /// The settings to replay under.
+    pub config: AllocatorConfig,
+    /// The settings the trace was recorded with (they fix the start state's block sizes).
+    pub recorded: AllocatorConfig,
+    /// Device bytes the allocator may use; `None`: unlimited.
+    pub capacity_bytes: Option<u64>,
+    /// Timeline points to keep (0: none).
+    pub timeline_points: usize,
+}
+
+/// Replays `trace` under `options.config`.
+pub fn model_replay(trace: &DeviceTrace, options: &ModelOptions) -> Result<Metrics, ReplayError> {
+    let start = rebuild_start(trace, &options.recorded)?;
+    let top = trace
+        .end_segments
+        .iter()
+        .map(|s| s.address + s.total_size)
+        .chain(trace.events.iter().filter(|e| e.action != TraceAction::Oom).map(|e| e.addr + e.size))
+        .chain(start.segments.iter().map(|s| s.address + s.total_size))
+        .max()
+        .unwrap_or(0);
+    let base = (top + SimDevice::DEFAULT_GRANULARITY).next_multiple_of(SimDevice::DEFAULT_GRANULARITY);
+    let device = SimDevice::new(options.capacity_bytes.unwrap_or(u64::MAX)).with_base_address(base);
+    let mut model = start_model(&start, &options.config, device)?;
+    let page = if options.config.expandable_segments { options.config.large_segment_size_bytes } else { 0 };
+    let mut lower = LowerBound::new(page);
+    for b in start.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()) {
+        lower.add(b.requested_size);
+    }
+    let empty_caches: Vec<usize> = classify_release_runs(&trace.events)
+        .into_iter()
+        .filter(|(_, k)| *k == ReleaseRun::EmptyCache)
+        .map(|(i, _)| i)
+        .collect();
+
+    let mut m = Metrics { events: trace.events.len() as u64, ..Metrics::default() };
+    let mut timeline = Timeline::new(m.events, options.timeline_points);
+    let mut addr: HashMap<u64, Option<u64>> = HashMap::new();
+    let mut requested: HashMap<u64, u64> = HashMap::new();
+    let mut peak_reserved = 0i64;
+    let mut largest_at_peak = 0u64;
+    for (i, e) in trace.events.iter().enumerate() {
+        let model_addr = |a: u64| addr.get(&a).copied().unwrap_or(Some(a));
+        match e.action {
+            TraceAction::Alloc => match model.malloc(e.size, StreamId(e.stream)) {
+                Ok(p) => {
+                    addr.insert(e.addr, Some(p.0));
+                    requested.insert(e.addr, e.size);
+                    lower.add(e.size);
+                }
+                Err(Error::OutOfMemory(_)) => {
+                    addr.insert(e.addr, None);
+                    m.oom_count += 1;
+                    m.first_oom_event.get_or_insert(i as u64);
+                }
+                Err(other) => return Err(ReplayError::Model(other.to_string())),
+            },
+            TraceAction::FreeRequested => {
+                if let Some(p) = model_addr(e.addr) {
+                    let _ = model.free_requested(DeviceAddr(p));
+                }
+            }
+            TraceAction::FreeCompleted => {
+                if let Some(p) = model_addr(e.addr) {
+                    if model.free_completed(DeviceAddr(p)).is_ok() {
+                        lower.remove(requested.remove(&e.addr).unwrap_or(e.size));
+                    }
+                }
+                addr.remove(&e.addr);
+            }
+            TraceAction::SegmentFree if empty_caches.binary_search(&i).is_ok() => model.empty_cache(),
+            _ => {}
+        }
+        let st = model.stats();
+        if st.reserved_bytes.all.current > peak_reserved {
+            peak_reserved = st.reserved_bytes.all.current;
+            if options.timeline_points > 0 {
+                largest_at_peak = largest_free_block(&model.segments());
+            }
+            m.waste_bytes_at_peak = (st.reserved_bytes.all.current - st.allocated_bytes.all.current) as u64;
+        }
+        timeline.push(Sample {
+            event: i as u64 + 1,
+            allocated_bytes: st.allocated_bytes.all.current as u64,
+            reserved_bytes: st.reserved_bytes.all.current as u64,
+            requested_bytes: st.requested_bytes.all.current as u64,
+        });
+    }
+    timeline.flush();
+    let st = model.stats();
+    m.peak_reserved_bytes = st.reserved_bytes.all.peak as u64;
+    m.peak_allocated_bytes = st.allocated_bytes.all.peak as u64;
+    m.peak_requested_bytes = st.requested_bytes.all.peak as u64;
+    m.peak_inactive_split_bytes = st.inactive_split_bytes.all.peak as u64;
+    m.device_mallocs = st.num_device_alloc as u64;
+    m.device_frees = st.num_device_free as u64;
+    m.largest_free_block_at_peak = largest_at_peak;
+    m.lower_bound_bytes = lower.peak;
+    m.utilization = if m.peak_reserved_bytes == 0 { 0.0 } else { m.peak_allocated_bytes as f64 / m.peak_reserved_bytes as f64 };
+    m.timeline = timeline.samples;
+    Ok(m)
+}
+
+fn largest_free_block(segments: &[vramkit_core::SegmentInfo]) -> u64 {
+    segments.iter().flat_map(|s| &s.blocks).filter(|b| !b.state.is_active()).map(|b| b.size).max().unwrap_or(0)
+}
