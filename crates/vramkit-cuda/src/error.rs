@@ -13,7 +13,9 @@ pub enum CudaError {
     )]
     NoDriver,
     /// vramkit-cuda was compiled without its `cuda` feature.
-    #[error("vramkit-cuda was built without its `cuda` feature, so it cannot talk to a GPU; rebuild with `--features cuda`")]
+    #[error(
+        "vramkit-cuda was built without its `cuda` feature, so it cannot talk to a GPU; rebuild with `--features cuda`"
+    )]
     NotBuilt,
     /// The device index is not one of this machine's GPUs.
     #[error("CUDA device {index} does not exist: this machine has {count} CUDA device(s)")]

@@ -74,7 +74,11 @@ impl CudaDevice {
     }
 
     /// `cuMemAddressReserve`.
-    pub fn reserve_address_range(&mut self, _size_bytes: u64, _alignment_bytes: u64) -> Result<DeviceAddr, DeviceError> {
+    pub fn reserve_address_range(
+        &mut self,
+        _size_bytes: u64,
+        _alignment_bytes: u64,
+    ) -> Result<DeviceAddr, DeviceError> {
         match self.never {}
     }
 

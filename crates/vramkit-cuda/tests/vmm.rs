@@ -18,7 +18,10 @@ fn reserve_map_unmap_free_round_trip() {
     assert_eq!((first.addr(), first.size_bytes()), (base, page));
     assert_eq!(third.addr(), base.offset(2 * page));
     let free_mapped = device.mem_get_info().free_bytes;
-    assert!(free_mapped + 3 * page <= free_before + page, "mapping 3 pages used memory: {free_before} -> {free_mapped}");
+    assert!(
+        free_mapped + 3 * page <= free_before + page,
+        "mapping 3 pages used memory: {free_before} -> {free_mapped}"
+    );
 
     // Mapping over a mapped page is refused and leaves nothing behind.
     assert!(device.map_page(base, page).is_err());
