@@ -26,15 +26,16 @@ fn compiler() -> Option<String> {
     Command::new(&cc).arg("--version").output().ok().filter(|o| o.status.success()).map(|_| cc)
 }
 
-#[test]
-fn a_c_program_uses_the_library_through_the_header() {
+/// Compiles one C file against the header and the library; `None` (after
+/// printing why) where there is no C compiler.
+fn build(source: &Path, work: &Path) -> Option<PathBuf> {
     if cfg!(windows) {
-        eprintln!("skipped: the C program test runs on Unix");
-        return;
+        eprintln!("skipped: the C program tests run on Unix");
+        return None;
     }
     let Some(cc) = compiler() else {
         eprintln!("skipped: no C compiler (set CC or install cc)");
-        return;
+        return None;
     };
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib_dir = library_dir();
@@ -44,15 +45,13 @@ fn a_c_program_uses_the_library_through_the_header() {
         library_file(),
         lib_dir.display()
     );
-    let work = std::env::temp_dir().join(format!("vramkit-capi-c-{}", std::process::id()));
-    std::fs::create_dir_all(&work).unwrap();
-    let program = work.join("abi_test");
-
+    std::fs::create_dir_all(work).unwrap();
+    let program = work.join(source.file_stem().unwrap());
     let compiled = Command::new(&cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"])
         .arg("-I")
         .arg(crate_dir.join("include"))
-        .arg(crate_dir.join("tests/c/abi_test.c"))
+        .arg(source)
         .arg("-o")
         .arg(&program)
         .arg("-L")
@@ -62,10 +61,21 @@ fn a_c_program_uses_the_library_through_the_header() {
         .output()
         .expect("run the C compiler");
     assert!(compiled.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&compiled.stderr));
+    Some(program)
+}
 
+fn work_dir(test: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("vramkit-capi-{test}-{}", std::process::id()))
+}
+
+#[test]
+fn a_c_program_uses_the_library_through_the_header() {
+    let work = work_dir("abi");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/abi_test.c");
+    let Some(program) = build(&source, &work) else { return };
     let run = Command::new(&program)
         .env("VRAMKIT_DEVICE", "sim:1GiB")
-        .env_remove("VRAMKIT_ALLOC_CONF")
+        .env("VRAMKIT_ALLOC_CONF", "max_split_size_mb:5") // refused: defaults, one line
         .env_remove("PYTORCH_CUDA_ALLOC_CONF")
         .env_remove("PYTORCH_ALLOC_CONF")
         .output()
@@ -94,5 +104,41 @@ fn a_c_program_uses_the_library_through_the_header() {
     one("vramkit: the request needed a block of 2.00 GiB");
     one("vramkit: vramkit_set_settings: ");
     one("vramkit: vramkit_set_memory_fraction: invalid memory fraction 2");
+    one("vramkit: ignoring VRAMKIT_ALLOC_CONF=\"max_split_size_mb:5\": ");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn without_a_driver_or_sim_malloc_returns_null_and_says_why_once() {
+    if vramkit_cuda::driver_available() {
+        eprintln!("skipped: a CUDA driver is present here");
+        return;
+    }
+    let work = work_dir("nodriver");
+    std::fs::create_dir_all(&work).unwrap();
+    let source = work.join("no_driver.c");
+    std::fs::write(
+        &source,
+        r#"#include "vramkit.h"
+#include <stdio.h>
+int main(void) {
+    void *a = vramkit_malloc(1000, 0, NULL);
+    void *b = vramkit_malloc(1000, 0, NULL);
+    vramkit_free(a, 1000, 0, NULL);
+    printf("%s\n", a == NULL && b == NULL ? "null" : "not null");
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let Some(program) = build(&source, &work) else { return };
+    let run = Command::new(&program).env_remove("VRAMKIT_DEVICE").output().expect("run the C program");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let _ = std::fs::remove_dir_all(&work);
+    assert!(run.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), "null");
+    let reason = stderr.lines().filter(|l| l.starts_with("vramkit: cannot use device 0: ")).count();
+    assert_eq!(reason, 1, "the reason once:\n{stderr}");
+    assert!(stderr.contains("VRAMKIT_DEVICE=sim"), "{stderr}");
 }

@@ -119,3 +119,32 @@ fn a_panic_inside_the_lock_stops_changes_but_not_reads() {
     assert_eq!(a.stats().allocation.all.current, 1, "stats still readable");
     assert!(!a.memory_summary(true).is_empty());
 }
+
+#[test]
+fn shared_allocator_on_a_real_gpu() {
+    let device = match vramkit_cuda::CudaDevice::new(0) {
+        Ok(device) => device,
+        Err(error) => {
+            eprintln!("skipped shared_allocator_on_a_real_gpu: no usable GPU: {error}");
+            return;
+        }
+    };
+    let a = SharedAllocator::new(device, AllocatorConfig::pytorch_default(), 0);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let a = &a;
+            s.spawn(move || {
+                for i in 0..200u64 {
+                    let size = 1 + (i * 7919 + t * 104_729) % (8 << 20);
+                    let p = a.malloc(size, StreamId(0)).expect("malloc on the GPU");
+                    a.free(p, size).expect("free on the GPU");
+                }
+            });
+        }
+    });
+    assert_eq!(a.live_count(), 0);
+    assert_eq!(a.stats().allocated_bytes.all.current, 0);
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes.all.current, 0);
+    assert_eq!(a.with_allocator(|alloc| alloc.device().driver_failure_count()).unwrap(), 0);
+}

@@ -10,7 +10,7 @@ use vramkit_core::{AllocatorConfig, DeviceAddr, StreamId};
 use vramkit_sim::SimDevice;
 
 const THREADS: usize = 8;
-const OPS_PER_THREAD: usize = 4000;
+const OPS_PER_THREAD: usize = 2500;
 
 struct XorShift(u64);
 
