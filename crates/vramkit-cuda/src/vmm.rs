@@ -164,6 +164,8 @@ impl CudaDevice {
     /// Unmaps a page and releases its physical memory: `cuMemUnmap`,
     /// `cuMemRelease`. The caller must have synchronised every stream that
     /// used the page (PyTorch synchronises the segment's stream first).
+    /// If `cuMemUnmap` fails the page stays mapped and its memory is leaked
+    /// (the context is broken then); it is never released twice.
     pub fn unmap_page(&mut self, page: MappedPage) -> Result<(), DeviceError> {
         let result = self.enter().and_then(|_current| {
             // SAFETY: driver loaded, context current; `page` is the unique
