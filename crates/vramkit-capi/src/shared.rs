@@ -1,0 +1,248 @@
+//! `SharedAllocator`: one device's [`CachingAllocator`] behind a mutex, as
+//! PyTorch guards each `DeviceCachingAllocator` with a mutex, plus the
+//! checks a C boundary needs.
+//!
+//! The core trusts its caller; a C caller can pass anything. So the front
+//! end keeps, for each live block, the size and stream the caller asked
+//! for, and refuses (or reports) a free of an address it does not know, one
+//! already freed, or one with a wrong size, before the core sees it.
+
+use crate::Error;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use vramkit_core::{
+    memory_summary, AddrHasher, AllocatorConfig, CachingAllocator, Device, DeviceAddr, DeviceStats, HistoryConfig,
+    Snapshot, StreamId, SummaryLayout,
+};
+
+type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+type AddrSet = HashSet<u64, BuildHasherDefault<AddrHasher>>;
+
+/// Addresses remembered as "freed" to tell a double free from a stranger;
+/// past this many the memory is cleared (a double free of a forgotten
+/// address is then reported as an unknown pointer, still refused).
+const FREED_MEMORY_LIMIT: usize = 1 << 20;
+
+/// What the caller asked for when a live block was handed out.
+#[derive(Clone, Copy, Debug)]
+struct Live {
+    /// Bytes requested (not rounded), as `free` must pass them back.
+    size_bytes: u64,
+}
+
+#[derive(Debug)]
+struct State<D: Device> {
+    allocator: CachingAllocator<D>,
+    /// Every block handed out and not yet freed, by address. Invariant: the
+    /// same key set as the core's allocated blocks.
+    live: AddrMap<Live>,
+    /// Addresses handed out before and freed since (not live now).
+    freed: AddrSet,
+}
+
+/// A thread-safe front end for one device: a [`CachingAllocator`] behind a
+/// mutex, with boundary checks on `free` and `record_stream`.
+///
+/// ```
+/// use vramkit_capi::SharedAllocator;
+/// use vramkit_core::{AllocatorConfig, StreamId};
+/// use vramkit_sim::SimDevice;
+///
+/// let shared = SharedAllocator::new(SimDevice::new(8 << 30), AllocatorConfig::pytorch_default(), 0);
+/// let p = std::thread::scope(|s| s.spawn(|| shared.malloc(1000, StreamId(0)).unwrap()).join().unwrap());
+/// shared.free(p, 1000).unwrap(); // freed on another thread than the allocating one
+/// assert!(shared.free(p, 1000).unwrap_err().is_misuse()); // a double free is refused
+/// assert_eq!(shared.boundary_error_count(), 1);
+/// ```
+#[derive(Debug)]
+pub struct SharedAllocator<D: Device> {
+    device_index: i32,
+    state: Mutex<State<D>>,
+    boundary_errors: AtomicU64,
+}
+
+impl<D: Device> SharedAllocator<D> {
+    /// An allocator for `device`, shown as device `device_index` in stats,
+    /// summaries, snapshots and OOM messages.
+    pub fn new(device: D, config: AllocatorConfig, device_index: i32) -> Self {
+        let allocator = CachingAllocator::new(device, config).with_device_index(i64::from(device_index));
+        SharedAllocator {
+            device_index,
+            state: Mutex::new(State { allocator, live: AddrMap::default(), freed: AddrSet::default() }),
+            boundary_errors: AtomicU64::new(0),
+        }
+    }
+
+    /// The device index.
+    pub fn device_index(&self) -> i32 {
+        self.device_index
+    }
+
+    /// The state, for a call that changes it: refused after a panic inside
+    /// the lock, since the allocator may be half way through an update.
+    fn lock_for_change(&self) -> Result<MutexGuard<'_, State<D>>, Error> {
+        self.state.lock().map_err(|_| Error::Poisoned { device: self.device_index })
+    }
+
+    /// The state, for a call that only reads it: still served after a panic,
+    /// since a summary is what one wants then.
+    fn lock_for_read(&self) -> MutexGuard<'_, State<D>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn misuse(&self, error: Error) -> Error {
+        debug_assert!(error.is_misuse());
+        self.boundary_errors.fetch_add(1, Ordering::Relaxed);
+        error
+    }
+
+    /// `malloc`: a block of at least `size_bytes` usable on `stream`.
+    /// A zero-byte request returns the null address and changes nothing.
+    pub fn malloc(&self, size_bytes: u64, stream: StreamId) -> Result<DeviceAddr, Error> {
+        if size_bytes == 0 {
+            return Ok(DeviceAddr(0));
+        }
+        let mut state = self.lock_for_change()?;
+        let addr = state.allocator.malloc(size_bytes, stream)?;
+        state.freed.remove(&addr.0);
+        let previous = state.live.insert(addr.0, Live { size_bytes });
+        debug_assert!(previous.is_none(), "the core handed out {addr} twice");
+        Ok(addr)
+    }
+
+    /// `free` of a block `malloc` returned, with the size it was asked for.
+    ///
+    /// Misuse is refused and counted: a null pointer with a non-zero size
+    /// ([`Error::NullPointer`]), an address already freed
+    /// ([`Error::DoubleFree`]) or never handed out ([`Error::UnknownPointer`]);
+    /// nothing changes then. A wrong size frees the block and returns
+    /// [`Error::WrongSize`]. `free(null, 0)` does nothing and is fine.
+    pub fn free(&self, addr: DeviceAddr, size_bytes: u64) -> Result<(), Error> {
+        if addr.0 == 0 {
+            return if size_bytes == 0 { Ok(()) } else { Err(self.misuse(Error::NullPointer { size_bytes })) };
+        }
+        let mut state = self.lock_for_change()?;
+        let Some(live) = state.live.remove(&addr.0) else {
+            let device = self.device_index;
+            let error = if state.freed.contains(&addr.0) {
+                Error::DoubleFree { addr, device }
+            } else {
+                Error::UnknownPointer { addr, device }
+            };
+            return Err(self.misuse(error));
+        };
+        state.allocator.free(addr)?;
+        if state.freed.len() >= FREED_MEMORY_LIMIT {
+            state.freed.clear();
+        }
+        state.freed.insert(addr.0);
+        drop(state);
+        if live.size_bytes != size_bytes {
+            return Err(self.misuse(Error::WrongSize { addr, size_bytes, allocated_bytes: live.size_bytes }));
+        }
+        Ok(())
+    }
+
+    /// Whether `addr` is a live block of this allocator.
+    pub fn contains(&self, addr: DeviceAddr) -> bool {
+        self.lock_for_read().live.contains_key(&addr.0)
+    }
+
+    /// The size `malloc` was asked for, if `addr` is a live block here.
+    pub fn requested_size(&self, addr: DeviceAddr) -> Option<u64> {
+        self.lock_for_read().live.get(&addr.0).map(|live| live.size_bytes)
+    }
+
+    /// `Tensor.record_stream(stream)`: the live block at `addr` is also used
+    /// on `stream`. An address that is not live is refused and counted.
+    pub fn record_stream(&self, addr: DeviceAddr, stream: StreamId) -> Result<(), Error> {
+        let mut state = self.lock_for_change()?;
+        if !state.live.contains_key(&addr.0) {
+            return Err(self.misuse(Error::NotLive { call: "record_stream", addr }));
+        }
+        state.allocator.record_stream(addr, stream)?;
+        Ok(())
+    }
+
+    /// `torch.cuda.empty_cache()`.
+    pub fn empty_cache(&self) -> Result<(), Error> {
+        self.lock_for_change()?.allocator.empty_cache();
+        Ok(())
+    }
+
+    /// `torch.cuda.reset_peak_memory_stats()`.
+    pub fn reset_peak_stats(&self) -> Result<(), Error> {
+        self.lock_for_change()?.allocator.reset_peak_stats();
+        Ok(())
+    }
+
+    /// `torch.cuda.reset_accumulated_memory_stats()`.
+    pub fn reset_accumulated_stats(&self) -> Result<(), Error> {
+        self.lock_for_change()?.allocator.reset_accumulated_stats();
+        Ok(())
+    }
+
+    /// `torch.cuda.set_per_process_memory_fraction(fraction)`.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), Error> {
+        self.lock_for_change()?.allocator.set_memory_fraction(fraction)?;
+        Ok(())
+    }
+
+    /// Applies the keys a `PYTORCH_CUDA_ALLOC_CONF`-style string names;
+    /// on error nothing changes.
+    pub fn update_settings(&self, conf: &str) -> Result<(), Error> {
+        self.lock_for_change()?.allocator.update_settings(conf)?;
+        Ok(())
+    }
+
+    /// Starts (or with `None` stops and clears) history recording.
+    pub fn record_history(&self, config: Option<HistoryConfig>) -> Result<(), Error> {
+        self.lock_for_change()?.allocator.record_history(config);
+        Ok(())
+    }
+
+    /// The statistics.
+    pub fn stats(&self) -> DeviceStats {
+        *self.lock_for_read().allocator.stats()
+    }
+
+    /// `torch.cuda.memory_stats()`: every key, sorted.
+    pub fn memory_stats(&self) -> BTreeMap<String, i64> {
+        self.lock_for_read().allocator.memory_stats()
+    }
+
+    /// `torch.cuda.memory_summary()` in PyTorch 2's layout.
+    pub fn memory_summary(&self, abbreviated: bool) -> String {
+        let stats = self.stats();
+        memory_summary(&stats, i64::from(self.device_index), abbreviated, SummaryLayout::V2_0)
+    }
+
+    /// The current settings.
+    pub fn config(&self) -> AllocatorConfig {
+        self.lock_for_read().allocator.config().clone()
+    }
+
+    /// `torch.cuda.memory._snapshot()` for this device.
+    pub fn snapshot(&self) -> Snapshot {
+        self.lock_for_read().allocator.snapshot()
+    }
+
+    /// Blocks handed out and not yet freed.
+    pub fn live_count(&self) -> usize {
+        self.lock_for_read().live.len()
+    }
+
+    /// Misuse this allocator refused or reported since creation.
+    pub fn boundary_error_count(&self) -> u64 {
+        self.boundary_errors.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` on the allocator under the lock (tests, inspection, settings
+    /// the front end does not wrap). Blocks handed out through `f` are not
+    /// known to the boundary checks, so use it to look, not to allocate.
+    pub fn with_allocator<R>(&self, f: impl FnOnce(&mut CachingAllocator<D>) -> R) -> Result<R, Error> {
+        Ok(f(&mut self.lock_for_change()?.allocator))
+    }
+}

@@ -1,0 +1,319 @@
+//! `CudaDevice`: the `Device` trait on the CUDA driver API.
+
+use crate::driver::{check, driver_available, CurrentContext, Failure};
+use crate::CudaError;
+use cudarc::driver::sys::{self, CUresult};
+use std::cell::Cell;
+use vramkit_core::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
+
+/// Idle events kept for reuse; more than this are destroyed.
+const EVENT_POOL_CAPACITY: usize = 1024;
+
+/// Driver failures in calls that cannot return an error (`free`, events)
+/// printed to stderr; later ones are only counted.
+const PRINTED_FAILURES: u64 = 16;
+
+/// The event id that stands for "already complete": handed out when an
+/// event could not be created or recorded, after the stream was synchronised.
+const COMPLETE_EVENT: EventId = EventId(0);
+
+/// One CUDA GPU, through its primary context.
+///
+/// Every method makes the primary context current for the duration of the
+/// call and restores the caller's context afterwards. The primary context is
+/// the one the CUDA runtime (and so PyTorch) uses, so pointers from here are
+/// valid in the caller's kernels.
+///
+/// Driver failures in the trait's infallible methods (`free`, events) are
+/// counted ([`CudaDevice::driver_failure_count`]) and the first few printed
+/// to stderr: they mean the context is broken (a sticky error after a kernel
+/// fault), where PyTorch would raise.
+#[derive(Debug)]
+pub struct CudaDevice {
+    index: i32,
+    device: sys::CUdevice,
+    /// The device's primary context, retained by `new` and released by `drop`.
+    context: sys::CUcontext,
+    total_bytes: u64,
+    /// Created, currently unused events (`cuEventCreate` is not free).
+    idle_events: Vec<sys::CUevent>,
+    /// Driver failures seen in infallible methods (a `Cell` because
+    /// `mem_get_info` takes `&self`).
+    driver_failures: Cell<u64>,
+}
+
+// SAFETY: the fields are driver handles (a device ordinal, a context, events)
+// and plain numbers. CUDA driver handles are process-wide and may be used from
+// any thread; the only per-thread state is which context is current, and every
+// method makes `context` current on the calling thread before using any
+// handle. `Cell` is `Send`. `CudaDevice` is not `Sync`: `&mut self` (or a
+// front end's lock) serialises all use.
+unsafe impl Send for CudaDevice {}
+
+impl CudaDevice {
+    /// The GPU with this index (CUDA's ordinal, as `cudaSetDevice` takes it).
+    ///
+    /// Fails with [`CudaError::NoDriver`] on a machine without the driver
+    /// library, never panicking; with [`CudaError::InvalidDevice`] for an
+    /// index the driver does not list.
+    pub fn new(index: i32) -> Result<CudaDevice, CudaError> {
+        let count = Self::device_count()?;
+        if index < 0 || index >= count {
+            return Err(CudaError::InvalidDevice { index, count });
+        }
+        let mut device: sys::CUdevice = 0;
+        // SAFETY: the driver is loaded and initialised (`device_count`
+        // succeeded); `device` is a valid out pointer; `index` is in range.
+        check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut device, index) }).map_err(Failure::into_cuda_error)?;
+        let mut context: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: driver loaded and initialised; `device` came from
+        // `cuDeviceGet`; `context` is a valid out pointer. The retain is
+        // balanced by the release in `Drop`.
+        check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) })
+            .map_err(Failure::into_cuda_error)?;
+        let mut this = CudaDevice {
+            index,
+            device,
+            context,
+            total_bytes: 0,
+            idle_events: Vec::new(),
+            driver_failures: Cell::new(0),
+        };
+        let mut total: usize = 0;
+        // SAFETY: driver loaded; `device` is valid; `total` is a valid out pointer.
+        check("cuDeviceTotalMem", unsafe { sys::cuDeviceTotalMem_v2(&mut total, device) })
+            .map_err(Failure::into_cuda_error)?;
+        this.total_bytes = total as u64;
+        Ok(this)
+    }
+
+    /// How many CUDA devices the driver sees (`cuInit` + `cuDeviceGetCount`).
+    /// [`CudaError::NoDriver`] without the driver library.
+    pub fn device_count() -> Result<i32, CudaError> {
+        if !driver_available() {
+            return Err(CudaError::NoDriver);
+        }
+        // SAFETY: the driver library is loaded (checked above), so cudarc
+        // resolves the symbol instead of panicking; `cuInit(0)` is the
+        // documented first call and may be repeated.
+        check("cuInit", unsafe { sys::cuInit(0) }).map_err(Failure::into_cuda_error)?;
+        let mut count = 0;
+        // SAFETY: driver loaded and initialised; `count` is a valid out pointer.
+        check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut count) }).map_err(Failure::into_cuda_error)?;
+        Ok(count)
+    }
+
+    /// The device index this was created for.
+    pub fn index(&self) -> i32 {
+        self.index
+    }
+
+    /// Bytes of memory on the device (`cuDeviceTotalMem`).
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
+    /// Driver failures in calls that cannot return an error (`free`, events,
+    /// `mem_get_info`) since creation.
+    pub fn driver_failure_count(&self) -> u64 {
+        self.driver_failures.get()
+    }
+
+    /// The primary context made current on this thread until the guard drops.
+    pub(crate) fn enter(&self) -> Result<CurrentContext, Failure> {
+        // SAFETY: a `CudaDevice` exists only after the driver was loaded and
+        // initialised in `new`, and `self.context` stays retained until `drop`,
+        // which cannot run while `&self` is borrowed.
+        unsafe { CurrentContext::enter(self.context) }
+    }
+
+    /// Counts a failure of an infallible method; prints the first few.
+    pub(crate) fn note_failure(&self, failure: Failure, what: &str) {
+        let n = self.driver_failures.get() + 1;
+        self.driver_failures.set(n);
+        if n <= PRINTED_FAILURES {
+            eprintln!("vramkit-cuda: device {}: {failure} during {what}", self.index);
+            if n == PRINTED_FAILURES {
+                eprintln!("vramkit-cuda: device {}: further driver failures are counted, not printed", self.index);
+            }
+        }
+    }
+
+    /// `malloc`'s driver part, with the context already current.
+    fn alloc_raw(&self, size_bytes: u64) -> Result<DeviceAddr, Failure> {
+        let _current = self.enter()?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: driver loaded and the primary context current (guard);
+        // `ptr` is a valid out pointer. `size_bytes` fits `usize` on the
+        // 64-bit targets CUDA supports.
+        check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, size_bytes as usize) })?;
+        Ok(DeviceAddr(ptr))
+    }
+
+    fn record_raw(&mut self, stream: StreamId) -> Result<EventId, Failure> {
+        let _current = self.enter()?;
+        let event = match self.idle_events.pop() {
+            Some(event) => event,
+            None => {
+                let mut event: sys::CUevent = std::ptr::null_mut();
+                let flags = sys::CUevent_flags_enum::CU_EVENT_DISABLE_TIMING as u32;
+                // SAFETY: driver loaded, context current (guard); `event` is a
+                // valid out pointer; the flags are a documented value.
+                check("cuEventCreate", unsafe { sys::cuEventCreate(&mut event, flags) })?;
+                event
+            }
+        };
+        // SAFETY: driver loaded, context current; `event` is a live event of
+        // this context (created here or kept idle after a completed use);
+        // `stream` is the raw handle of a stream the caller allocated on (a
+        // front end's premise: PyTorch passes its live `cudaStream_t`s).
+        let recorded = check("cuEventRecord", unsafe { sys::cuEventRecord(event, stream_handle(stream)) });
+        if let Err(failure) = recorded {
+            self.idle_events.push(event);
+            return Err(failure);
+        }
+        Ok(EventId(event as usize as u64))
+    }
+
+    fn synchronize_stream(&self, stream: StreamId) -> Result<(), Failure> {
+        let _current = self.enter()?;
+        // SAFETY: driver loaded, context current; `stream` is a live stream
+        // handle (see `record_raw`).
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream_handle(stream)) })
+    }
+}
+
+/// The raw `CUstream` a [`StreamId`] names (0: the legacy default stream).
+pub(crate) fn stream_handle(stream: StreamId) -> sys::CUstream {
+    stream.0 as usize as sys::CUstream
+}
+
+fn event_handle(event: EventId) -> sys::CUevent {
+    event.0 as usize as sys::CUevent
+}
+
+impl Device for CudaDevice {
+    fn malloc(&mut self, size_bytes: u64, _stream: StreamId) -> Result<DeviceAddr, DeviceError> {
+        self.alloc_raw(size_bytes).map_err(|failure| failure.into_device_error(size_bytes))
+    }
+
+    fn free(&mut self, addr: DeviceAddr, _size_bytes: u64) {
+        let result = self.enter().and_then(|_current| {
+            // SAFETY: driver loaded, context current (guard); `addr` was
+            // returned by `cuMemAlloc` in `malloc` and the allocator frees it
+            // exactly once (the `Device` contract).
+            check("cuMemFree", unsafe { sys::cuMemFree_v2(addr.0) })
+        });
+        if let Err(failure) = result {
+            self.note_failure(failure, "free");
+        }
+    }
+
+    fn mem_get_info(&self) -> MemInfo {
+        let mut free: usize = 0;
+        let mut total: usize = 0;
+        let result = self.enter().and_then(|_current| {
+            // SAFETY: driver loaded, context current (guard); both out
+            // pointers are valid.
+            check("cuMemGetInfo", unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) })
+        });
+        match result {
+            Ok(()) => MemInfo { free_bytes: free as u64, total_bytes: total as u64 },
+            Err(failure) => {
+                self.note_failure(failure, "mem_get_info");
+                MemInfo { free_bytes: 0, total_bytes: self.total_bytes }
+            }
+        }
+    }
+
+    fn record_event(&mut self, stream: StreamId) -> EventId {
+        match self.record_raw(stream) {
+            Ok(event) => event,
+            Err(failure) => {
+                // No event: wait for the stream now, so "complete" is true.
+                self.note_failure(failure, "record_event");
+                if let Err(failure) = self.synchronize_stream(stream) {
+                    self.note_failure(failure, "record_event (stream synchronize fallback)");
+                }
+                COMPLETE_EVENT
+            }
+        }
+    }
+
+    fn query_event(&mut self, event: EventId) -> bool {
+        if event == COMPLETE_EVENT {
+            return true;
+        }
+        let result = self.enter().map(|_current| {
+            // SAFETY: driver loaded, context current; `event` is a live event
+            // handed out by `record_event` and not yet given to `destroy_event`
+            // (the `Device` contract).
+            unsafe { sys::cuEventQuery(event_handle(event)) }
+        });
+        match result {
+            Ok(CUresult::CUDA_SUCCESS) => true,
+            Ok(CUresult::CUDA_ERROR_NOT_READY) => false,
+            Ok(other) => {
+                // Keep the block unusable rather than risk reuse under a
+                // running kernel; a synchronize (empty_cache) settles it.
+                self.note_failure(Failure { call: "cuEventQuery", result: other }, "query_event");
+                false
+            }
+            Err(failure) => {
+                self.note_failure(failure, "query_event");
+                false
+            }
+        }
+    }
+
+    fn synchronize_event(&mut self, event: EventId) {
+        if event == COMPLETE_EVENT {
+            return;
+        }
+        let result = self.enter().and_then(|_current| {
+            // SAFETY: as in `query_event`.
+            check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event_handle(event)) })
+        });
+        if let Err(failure) = result {
+            self.note_failure(failure, "synchronize_event");
+        }
+    }
+
+    fn destroy_event(&mut self, event: EventId) {
+        if event == COMPLETE_EVENT {
+            return;
+        }
+        if self.idle_events.len() < EVENT_POOL_CAPACITY {
+            self.idle_events.push(event_handle(event));
+            return;
+        }
+        let result = self.enter().and_then(|_current| {
+            // SAFETY: driver loaded, context current; the event is live and
+            // the allocator destroys each event once.
+            check("cuEventDestroy", unsafe { sys::cuEventDestroy_v2(event_handle(event)) })
+        });
+        if let Err(failure) = result {
+            self.note_failure(failure, "destroy_event");
+        }
+    }
+
+    fn time_us(&self) -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        if let Ok(_current) = self.enter() {
+            for event in self.idle_events.drain(..) {
+                // SAFETY: driver loaded, context current; each idle event is
+                // live and owned only by this pool.
+                let _ = unsafe { sys::cuEventDestroy_v2(event) };
+            }
+        }
+        // SAFETY: driver loaded; balances the `cuDevicePrimaryCtxRetain` in
+        // `new`. Memory still allocated stays valid while anyone else (the
+        // CUDA runtime) retains the primary context.
+        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+    }
+}
