@@ -62,7 +62,7 @@ pub const fn division_index(size: u64) -> usize {
         return 0;
     }
     let log2 = 63 - size.leading_zeros() as usize;
-    let index = if log2 > 20 { log2 - 20 } else { 0 };
+    let index = log2.saturating_sub(20);
     if index > ROUNDUP_INTERVALS - 1 {
         ROUNDUP_INTERVALS - 1
     } else {

@@ -330,6 +330,11 @@ impl<D: Device> CachingAllocator<D> {
         self.allocated.get(&ptr.0).map(|&id| self.blocks[id].size)
     }
 
+    /// The requested (unrounded) size of the block at `ptr`, if it is allocated here.
+    pub fn requested_size(&self, ptr: DeviceAddr) -> Option<u64> {
+        self.allocated.get(&ptr.0).map(|&id| self.blocks[id].requested_size)
+    }
+
     /// Number of allocated blocks.
     pub fn allocated_count(&self) -> usize {
         self.allocated.len()
