@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod drive;
 pub mod metrics;
 pub mod model;
 pub mod oracle;
@@ -26,7 +27,7 @@ pub use metrics::{Metrics, Sample};
 pub use model::{model_replay, ModelOptions};
 pub use oracle::oracle_replay;
 pub use trace::DeviceTrace;
-pub use verify::{verify, Divergence, VerifyReport};
+pub use verify::{verify, verify_with_capacity, Divergence, VerifyReport};
 pub use window::{rebuild_start, StartState, WindowError};
 
 /// Why a replay could not run.

@@ -82,9 +82,9 @@ impl LowerBound {
     pub fn remove(&mut self, requested: u64) {
         let r = Self::rounded(requested.max(1));
         if r <= SMALL_SIZE {
-            self.small -= r;
+            self.small = self.small.saturating_sub(r);
         } else {
-            self.large -= r;
+            self.large = self.large.saturating_sub(r);
         }
     }
 }

@@ -6,13 +6,14 @@
 //! allocation order, so results never depend on an arbitrary base.
 
 use crate::metrics::{LowerBound, Metrics, Sample, Timeline};
-use crate::releases::{classify_release_runs, ReleaseRun};
+use crate::drive::{Driver, Step};
+use crate::releases::classify_with_capacity;
 use crate::trace::DeviceTrace;
 use crate::verify::start_model;
 use crate::window::rebuild_start;
 use crate::ReplayError;
 use std::collections::HashMap;
-use vramkit_core::{AllocatorConfig, DeviceAddr, Error, StreamId, TraceAction};
+use vramkit_core::{AllocatorConfig, Error, TraceAction};
 use vramkit_sim::SimDevice;
 
 /// How to run a model replay.
@@ -24,6 +25,9 @@ pub struct ModelOptions {
     pub recorded: AllocatorConfig,
     /// Device bytes the allocator may use; `None`: unlimited.
     pub capacity_bytes: Option<u64>,
+    /// The capacity of the device the trace was recorded on, if known
+    /// (tells `empty_cache()` calls from refusals more precisely).
+    pub recorded_capacity_bytes: Option<u64>,
     /// Timeline points to keep (0: none).
     pub timeline_points: usize,
 }
@@ -40,56 +44,43 @@ pub fn model_replay(trace: &DeviceTrace, options: &ModelOptions) -> Result<Metri
         .max()
         .unwrap_or(0);
     let base = (top + SimDevice::DEFAULT_GRANULARITY).next_multiple_of(SimDevice::DEFAULT_GRANULARITY);
-    let device = SimDevice::new(options.capacity_bytes.unwrap_or(u64::MAX)).with_base_address(base);
+    let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
+    let (runs, _) = classify_with_capacity(&trace.events, start_reserved, &options.recorded, options.recorded_capacity_bytes);
+    let device = SimDevice::new(options.capacity_bytes.unwrap_or(u64::MAX))
+        .with_base_address(base)
+        .with_event_mode(vramkit_sim::EventMode::Manual);
     let mut model = start_model(&start, &options.config, device)?;
     let page = if options.config.expandable_segments { options.config.large_segment_size_bytes } else { 0 };
     let mut lower = LowerBound::new(page);
     for b in start.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()) {
         lower.add(b.requested_size);
     }
-    let empty_caches: Vec<usize> = classify_release_runs(&trace.events)
-        .into_iter()
-        .filter(|(_, k)| *k == ReleaseRun::EmptyCache)
-        .map(|(i, _)| i)
-        .collect();
 
     let mut m = Metrics { events: trace.events.len() as u64, ..Metrics::default() };
     let mut timeline = Timeline::new(m.events, options.timeline_points);
-    let mut addr: HashMap<u64, Option<u64>> = HashMap::new();
-    let mut requested: HashMap<u64, u64> = HashMap::new();
+    let mut driver = Driver::new(&trace.events, runs);
+    driver.adopt_pending(&mut model);
+    let mut live_requested: HashMap<u64, u64> = HashMap::new();
+    let mut failed: std::collections::HashSet<u64> = std::collections::HashSet::new();
     let mut peak_reserved = 0i64;
     let mut largest_at_peak = 0u64;
     for (i, e) in trace.events.iter().enumerate() {
-        let model_addr = |a: u64| addr.get(&a).copied().unwrap_or(Some(a));
-        match e.action {
-            TraceAction::Alloc => match model.malloc(e.size, StreamId(e.stream)) {
-                Ok(p) => {
-                    addr.insert(e.addr, Some(p.0));
-                    requested.insert(e.addr, e.size);
-                    lower.add(e.size);
-                }
-                Err(Error::OutOfMemory(_)) => {
-                    addr.insert(e.addr, None);
-                    m.oom_count += 1;
-                    m.first_oom_event.get_or_insert(i as u64);
-                }
-                Err(other) => return Err(ReplayError::Model(other.to_string())),
-            },
-            TraceAction::FreeRequested => {
-                if let Some(p) = model_addr(e.addr) {
-                    let _ = model.free_requested(DeviceAddr(p));
+        match driver.step(&mut model, i) {
+            Step::Alloc(Ok(_)) => {
+                live_requested.insert(e.addr, e.size);
+                lower.add(e.size);
+            }
+            Step::Alloc(Err(Error::OutOfMemory(_))) => {
+                failed.insert(e.addr);
+                m.oom_count += 1;
+                m.first_oom_event.get_or_insert(i as u64);
+            }
+            Step::Alloc(Err(other)) => return Err(ReplayError::Model(other.to_string())),
+            _ => {
+                if e.action == TraceAction::FreeCompleted && !failed.remove(&e.addr) {
+                    lower.remove(live_requested.remove(&e.addr).unwrap_or(e.size));
                 }
             }
-            TraceAction::FreeCompleted => {
-                if let Some(p) = model_addr(e.addr) {
-                    if model.free_completed(DeviceAddr(p)).is_ok() {
-                        lower.remove(requested.remove(&e.addr).unwrap_or(e.size));
-                    }
-                }
-                addr.remove(&e.addr);
-            }
-            TraceAction::SegmentFree if empty_caches.binary_search(&i).is_ok() => model.empty_cache(),
-            _ => {}
         }
         let st = model.stats();
         if st.reserved_bytes.all.current > peak_reserved {

@@ -128,7 +128,8 @@ pub fn oracle_replay(trace: &DeviceTrace, config: &AllocatorConfig, timeline_poi
                 let r = round_size(e.size, &config.roundup_power2_divisions);
                 let next = o.live.range(e.addr + 1..).next().map(|(&a, _)| a).filter(|&a| a < seg_addr + seg.size).unwrap_or(seg_addr + seg.size);
                 let gap = next.saturating_sub(e.addr);
-                let size = if seg.kind == PoolKind::Large && gap >= r && gap - r <= LARGE_SPLIT_REMAINDER { gap } else { r };
+                let whole = gap >= r && (gap - r <= LARGE_SPLIT_REMAINDER || r >= config.max_split_size());
+                let size = if seg.kind == PoolKind::Large && whole { gap } else { r };
                 o.live.insert(e.addr, Live { size, requested: e.size, allocated: true });
                 o.add_active(seg_addr, size as i64);
                 o.allocated += size;

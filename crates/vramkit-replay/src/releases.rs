@@ -46,3 +46,88 @@ pub fn classify_release_runs(events: &[TraceEntry]) -> Vec<(usize, ReleaseRun)> 
     }
     runs
 }
+
+/// Whether the user called `empty_cache()` at the run starting at `start`:
+/// runs classified as such, and "ladder" runs whose request the cache could
+/// serve at that point (then no `cudaMalloc` was tried, so none was refused).
+///
+/// With garbage collection on, a run before a request that misses the
+/// cache while reserved bytes are above the threshold is that request's own
+/// collection, not a call.
+///
+/// The order of the releases decides: a full release (`empty_cache()`, or
+/// the last stage of the ladder, which has the same effect) frees every
+/// whole segment in ascending size order, while the targeted stage frees
+/// oversize blocks from the largest down and garbage collection frees old
+/// ones. So a run is replayed as `empty_cache()` exactly when it is what a
+/// full release would free from the model's current state (`plan`);
+/// otherwise the model's own `malloc` does it.
+pub fn is_empty_cache_call(
+    runs: &[(usize, ReleaseRun)],
+    events: &[TraceEntry],
+    start: usize,
+    plan: impl FnOnce() -> Vec<(TraceAction, u64, u64)>,
+) -> bool {
+    if runs.binary_search_by_key(&start, |r| r.0).is_err() {
+        return false;
+    }
+    let recorded: Vec<(TraceAction, u64, u64)> = events[start..]
+        .iter()
+        .take_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap))
+        .map(|e| (e.action, e.addr, e.size))
+        .collect();
+    recorded == plan()
+}
+
+/// The release runs with the capacity rule applied, and the capacity the
+/// trace implies: the highest reserved level it reaches, when it shows a
+/// refused `cudaMalloc` or an `oom` (else `None`: unlimited).
+///
+/// A run that looks like a retry ladder is an `empty_cache()` after all if
+/// reserved bytes before it plus the next request's segment stay within a
+/// level the trace reaches anyway: the device could not have refused.
+pub fn classify_with_capacity(
+    events: &[TraceEntry],
+    start_reserved: u64,
+    config: &vramkit_core::AllocatorConfig,
+    known_capacity: Option<u64>,
+) -> (Vec<(usize, ReleaseRun)>, Option<u64>) {
+    use vramkit_core::rounding::{get_allocation_size, round_size};
+    let mut reserved = start_reserved;
+    let mut reserved_before = vec![0u64; events.len() + 1];
+    let mut max_reserved = reserved;
+    for (i, e) in events.iter().enumerate() {
+        reserved_before[i] = reserved;
+        match e.action {
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap => reserved += e.size,
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => reserved = reserved.saturating_sub(e.size),
+            _ => {}
+        }
+        max_reserved = max_reserved.max(reserved);
+    }
+    // A refusal needs reserved + request above the limit: the known
+    // capacity (or its memory fraction), else the highest level reached.
+    let limit = match known_capacity {
+        Some(c) if config.per_process_memory_fraction < 1.0 => (config.per_process_memory_fraction * c as f64) as u64,
+        Some(c) => c,
+        None => max_reserved,
+    };
+    let mut runs = classify_release_runs(events);
+    let mut refused = events.iter().any(|e| e.action == TraceAction::Oom);
+    for (start, kind) in runs.iter_mut() {
+        if *kind != ReleaseRun::RetryLadder {
+            continue;
+        }
+        let request = events[*start..].iter().find(|e| matches!(e.action, TraceAction::Alloc | TraceAction::Oom));
+        let alloc_size = request.map_or(0, |e| {
+            let rounded = if e.action == TraceAction::Oom { e.size } else { round_size(e.size, &config.roundup_power2_divisions) };
+            get_allocation_size(rounded, config.large_segment_size_bytes)
+        });
+        if reserved_before[*start] + alloc_size <= limit {
+            *kind = ReleaseRun::EmptyCache;
+        } else {
+            refused = true;
+        }
+    }
+    (runs, refused.then_some(max_reserved))
+}

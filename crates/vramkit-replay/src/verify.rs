@@ -6,13 +6,13 @@
 //! address of every `alloc`, the sequence of segment events, and the end
 //! state (every block's address, size and state).
 
-use crate::releases::{classify_release_runs, ReleaseRun};
+use crate::drive::{Driver, Step};
+use crate::releases::classify_with_capacity;
 use crate::trace::DeviceTrace;
 use crate::window::{rebuild_start, StartState};
 use crate::ReplayError;
-use std::collections::HashMap;
 use vramkit_core::{
-    AllocatorConfig, BlockState, CachingAllocator, DeviceAddr, HistoryConfig, SegmentInfo, StreamId, TraceAction, TraceEntry,
+    AllocatorConfig, BlockState, CachingAllocator, HistoryConfig, SegmentInfo, TraceAction, TraceEntry,
 };
 use vramkit_sim::SimDevice;
 
@@ -54,6 +54,8 @@ pub struct VerifyReport {
     /// The trace stops before the snapshot's state (an edited file); the
     /// never-freed allocations were freed before comparing.
     pub trace_cut: bool,
+    /// The device capacity inferred from refusals, if the trace shows any.
+    pub inferred_capacity_bytes: Option<u64>,
     /// The first divergence, if any.
     pub first_divergence: Option<Divergence>,
 }
@@ -75,68 +77,62 @@ fn context(events: &[TraceEntry], at: usize) -> Vec<String> {
     (from..to).map(|i| format!("{}{i}: {}", if i == at { "> " } else { "  " }, describe(&events[i]))).collect()
 }
 
-/// Verifies one device's trace under `config` (the recorded settings).
+/// Verifies one device's trace under `config` (the recorded settings),
+/// inferring the device capacity from the trace.
 pub fn verify(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<VerifyReport, ReplayError> {
+    verify_with_capacity(trace, config, None)
+}
+
+/// Verifies with a known device capacity (bytes the allocator could use,
+/// and the total a memory fraction is taken of). Traces do not record it;
+/// a garbage-collection threshold with a memory fraction needs it to be exact.
+pub fn verify_with_capacity(
+    trace: &DeviceTrace,
+    config: &AllocatorConfig,
+    capacity_bytes: Option<u64>,
+) -> Result<VerifyReport, ReplayError> {
     let start = rebuild_start(trace, config)?;
-    let mut model = start_model(&start, config, SimDevice::unlimited())?;
+    let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
+    let (runs, inferred) = classify_with_capacity(&trace.events, start_reserved, config, capacity_bytes);
+    let capacity = capacity_bytes.or(inferred);
+    let device = SimDevice::new(capacity.unwrap_or(u64::MAX)).with_event_mode(vramkit_sim::EventMode::Manual);
+    let mut model = start_model(&start, config, device)?;
     model.record_history(Some(HistoryConfig { record_trace: true, max_entries: usize::MAX, context: vramkit_core::ContextLevel::Never }));
 
     let events = &trace.events;
-    let empty_caches: Vec<usize> = classify_release_runs(events)
-        .into_iter()
-        .filter(|(_, kind)| *kind == ReleaseRun::EmptyCache)
-        .map(|(i, _)| i)
-        .collect();
-    let mut addr_map: HashMap<u64, u64> = HashMap::new();
+    let mut driver = Driver::new(events, runs);
+    driver.adopt_pending(&mut model);
     let mut first_divergence = None;
     let (mut alloc_events, mut placed_same) = (0u64, 0u64);
     for (i, e) in events.iter().enumerate() {
-        let mapped = |a: u64| DeviceAddr(addr_map.get(&a).copied().unwrap_or(a));
-        match e.action {
-            TraceAction::Alloc => {
+        let step = driver.step(&mut model, i);
+        let diverged = |got: String| Divergence {
+            kind: "alloc address".into(),
+            event_index: Some(i),
+            expected: if e.action == TraceAction::Oom { "out of memory".into() } else { format!("{:#x}", e.addr) },
+            got,
+            context: context(events, i),
+        };
+        match step {
+            Step::Alloc(Ok(p)) => {
                 alloc_events += 1;
-                let got = model.malloc(e.size, StreamId(e.stream));
-                model.device_mut().clear_queued_addresses();
-                match got {
-                    Ok(p) if p.0 == e.addr => placed_same += 1,
-                    Ok(p) => {
-                        addr_map.insert(e.addr, p.0);
-                        first_divergence.get_or_insert_with(|| Divergence {
-                            kind: "alloc address".into(),
-                            event_index: Some(i),
-                            expected: format!("{:#x}", e.addr),
-                            got: format!("{p}"),
-                            context: context(events, i),
-                        });
-                    }
-                    Err(err) => {
-                        first_divergence.get_or_insert_with(|| Divergence {
-                            kind: "alloc address".into(),
-                            event_index: Some(i),
-                            expected: format!("{:#x}", e.addr),
-                            got: format!("error: {}", err.to_string().lines().next().unwrap_or_default()),
-                            context: context(events, i),
-                        });
-                    }
+                if p.0 == e.addr {
+                    placed_same += 1;
+                } else {
+                    first_divergence.get_or_insert_with(|| diverged(format!("{p}")));
                 }
             }
-            TraceAction::FreeRequested => {
-                let _ = model.free_requested(mapped(e.addr));
+            Step::Alloc(Err(err)) => {
+                alloc_events += 1;
+                first_divergence.get_or_insert_with(|| diverged(format!("error: {}", err.to_string().lines().next().unwrap_or_default())));
             }
-            TraceAction::FreeCompleted => {
-                let _ = model.free_completed(mapped(e.addr));
-                addr_map.remove(&e.addr);
+            Step::Oom { failed: false } => {
+                first_divergence.get_or_insert_with(|| diverged("the allocation succeeded".into()));
             }
-            TraceAction::SegmentAlloc => model.device_mut().push_address(e.addr),
-            TraceAction::SegmentFree if empty_caches.binary_search(&i).is_ok() => model.empty_cache(),
             _ => {}
         }
     }
-    for &a in &start.cut_frees {
-        let p = DeviceAddr(addr_map.get(&a).copied().unwrap_or(a));
-        let _ = model.free_requested(p);
-        let _ = model.free_completed(p);
-    }
+    driver.finish(&mut model, &start.cut_frees);
 
     let recorded: Vec<(TraceAction, u64, u64)> = segment_events(events.iter());
     let snap = model.snapshot();
@@ -175,6 +171,7 @@ pub fn verify(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<VerifyRep
         segment_events_identical,
         end_state_identical: end_diff.is_none(),
         trace_cut: !start.cut_frees.is_empty(),
+        inferred_capacity_bytes: inferred,
         first_divergence,
     })
 }

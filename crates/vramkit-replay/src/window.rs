@@ -194,7 +194,8 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
         }
         let mut size = r;
         if seg.kind == PoolKind::Large {
-            if gap - r <= LARGE_SPLIT_REMAINDER {
+            // An oversize block is never split: it is its whole free block.
+            if gap - r <= LARGE_SPLIT_REMAINDER || r >= config.max_split_size() {
                 size = gap;
             } else {
                 let until = block.freed_at.unwrap_or(trace.events.len());

@@ -62,7 +62,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// 3 step 1: free the blocks whose events have completed, per stream in
     /// FIFO order, stopping at each stream's first incomplete event.
-    pub(crate) fn process_events(&mut self, context: &Option<Frames>) {
+    pub(crate) fn process_events_impl(&mut self, context: &Option<Frames>) {
         self.insert_events_deferred_until_no_capture();
         if self.cuda_events.is_empty() {
             return;

@@ -3,6 +3,7 @@
 
 use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
 use crate::block::{Block, BlockId, PoolIdx};
+use crate::pool::FreeEntry;
 use crate::device::{Device, DeviceAddr, DeviceError, StreamId};
 use crate::error::Error;
 use crate::history::ContextLevel;
@@ -39,7 +40,7 @@ impl<D: Device> CachingAllocator<D> {
             ))));
         }
         if self.captures_underway.is_empty() {
-            self.process_events(&context);
+            self.process_events_impl(&context);
         }
 
         let mut params = self.alloc_params(orig_size, stream);
@@ -96,14 +97,21 @@ impl<D: Device> CachingAllocator<D> {
 
     /// 3.1: best fit in the request's pool and stream, with the oversize rules.
     pub(crate) fn get_free_block(&mut self, params: &mut AllocParams) -> bool {
-        let gc_active = self.gc_active();
-        let pool = &mut self.pools[params.pool.0 as usize];
-        if gc_active {
-            pool.get_free_blocks_call_count += 1;
+        if self.gc_active() {
+            self.pools[params.pool.0 as usize].get_free_blocks_call_count += 1;
         }
-        let Some(mut found) = pool.blocks.lower_bound(params.stream, params.size) else {
+        let Some(found) = self.find_free_block(params) else {
             return false;
         };
+        self.pools[params.pool.0 as usize].blocks.remove(found.stream, found.size, found.addr);
+        params.block = Some(found.id);
+        true
+    }
+
+    /// The block `get_free_block` would take, without taking it.
+    fn find_free_block(&self, params: &AllocParams) -> Option<FreeEntry> {
+        let pool = &self.pools[params.pool.0 as usize];
+        let mut found = pool.blocks.lower_bound(params.stream, params.size)?;
         if self.blocks[found.id].expandable.is_some() {
             if self.config.expandable_segments {
                 // Judge a block at the growth frontier by the size it can grow
@@ -123,29 +131,38 @@ impl<D: Device> CachingAllocator<D> {
                 // Expandable segments were turned off after some were made:
                 // only non-expandable blocks may be used.
                 loop {
-                    match pool.blocks.successor(found) {
-                        Some(next) => found = next,
-                        None => return false,
-                    }
+                    found = pool.blocks.successor(found)?;
                     if self.blocks[found.id].expandable.is_none() {
                         break;
                     }
                 }
             }
         }
-        let (key_size, id) = (found.size, found.id);
         let max_split_size = self.config.max_split_size();
         // An oversize cached block is never used for a request that is not oversize.
-        if params.size < max_split_size && key_size >= max_split_size {
-            return false;
+        if params.size < max_split_size && found.size >= max_split_size {
+            return None;
         }
         // An oversize request may reuse a block only a little larger than it.
-        if params.size >= max_split_size && key_size >= params.size.saturating_add(self.config.oversize_tolerance()) {
-            return false;
+        if params.size >= max_split_size && found.size >= params.size.saturating_add(self.config.oversize_tolerance()) {
+            return None;
         }
-        pool.blocks.remove(found.stream, found.size, found.addr);
-        params.block = Some(id);
-        true
+        Some(found)
+    }
+
+    /// Would a `malloc` that misses the cache now run garbage collection
+    /// (a fraction limit, a threshold, and reserved bytes above it)? Changes nothing.
+    pub fn gc_would_run(&self) -> bool {
+        self.gc_active()
+            && self.total_allocated_memory
+                > (self.config.garbage_collection_threshold * self.allowed_memory_maximum as f64) as u64
+    }
+
+    /// Would `malloc(size, stream)` be served from the cache, without asking
+    /// the device for memory? Changes nothing.
+    pub fn fits_in_cache(&self, size: u64, stream: StreamId) -> bool {
+        let params = self.alloc_params(size, stream);
+        self.find_free_block(&params).is_some()
     }
 
     /// 3.2: a new segment from the device. `Ok(false)` is out-of-memory

@@ -335,6 +335,15 @@ impl<D: Device> CachingAllocator<D> {
         self.allocated.get(&ptr.0).map(|&id| self.blocks[id].requested_size)
     }
 
+    /// Frees the blocks whose stream events have completed, as the start of
+    /// every `malloc` does. Replays call it at the end of a trace.
+    pub fn process_events(&mut self) {
+        if self.captures_underway.is_empty() {
+            self.process_events_impl(&None);
+        }
+        self.validate();
+    }
+
     /// Number of allocated blocks.
     pub fn allocated_count(&self) -> usize {
         self.allocated.len()

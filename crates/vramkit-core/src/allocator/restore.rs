@@ -197,6 +197,27 @@ impl<D: Device> CachingAllocator<D> {
         Ok(())
     }
 
+    /// Turns a block held by `free_requested` (or restored as pending) into
+    /// one waiting for an event recorded on `stream`, as `record_stream`
+    /// uses do: the allocator then frees it itself when the event completes
+    /// (at the next `malloc`) or in a synchronisation.
+    pub fn hold_with_event(&mut self, ptr: DeviceAddr, stream: StreamId) -> Result<(), Error> {
+        let id = self.held.remove(&ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
+        self.blocks[id].held = false;
+        let event = self.device.record_event(stream);
+        self.blocks[id].event_count += 1;
+        self.cuda_events.entry(stream).or_default().push_back(crate::block::PendingEvent { event, block: id });
+        self.validate();
+        Ok(())
+    }
+
+    /// Addresses of the blocks held by `free_requested`.
+    pub fn held_addresses(&self) -> Vec<DeviceAddr> {
+        let mut v: Vec<DeviceAddr> = self.held.keys().map(|&a| DeviceAddr(a)).collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Blocks freed with `free_requested` and not yet completed.
     pub fn held_count(&self) -> usize {
         self.held.len()

@@ -85,6 +85,26 @@ impl<D: Device> CachingAllocator<D> {
         copy.malloc_impl(size, stream, None).is_ok()
     }
 
+    /// What `empty_cache()` would release now, in order: (action, address,
+    /// bytes) of each `segment_free` and `segment_unmap`. Changes nothing.
+    pub fn empty_cache_plan(&self) -> Vec<(crate::snapshot::TraceAction, u64, u64)> {
+        let info = self.device.mem_get_info();
+        let device = WhatIfDevice { free_bytes: info.free_bytes, total_bytes: info.total_bytes, next_address: u64::MAX / 2 };
+        let mut copy = self.clone_state_onto(device);
+        copy.history = Some(crate::history::History::new(crate::history::HistoryConfig {
+            record_trace: true,
+            max_entries: usize::MAX,
+            context: crate::history::ContextLevel::Never,
+        }));
+        copy.release_cached_blocks(None);
+        let history = copy.history.take().expect("set above");
+        history
+            .entries()
+            .filter(|e| matches!(e.action, crate::snapshot::TraceAction::SegmentFree | crate::snapshot::TraceAction::SegmentUnmap))
+            .map(|e| (e.action, e.addr, e.size))
+            .collect()
+    }
+
     /// The settings worth trying for a failed request, as (conf string, config).
     fn candidate_fixes(&self) -> Vec<(String, AllocatorConfig)> {
         let mut out = Vec::new();

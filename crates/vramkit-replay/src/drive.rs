@@ -1,0 +1,177 @@
+//! Driving a model allocator with a trace's entries: the one place that
+//! says how each recorded entry becomes an allocator call.
+//!
+//! - `alloc` is a `malloc` of the requested size on the recorded stream.
+//! - A `free_requested` directly followed by its `free_completed` is a plain
+//!   `free`. Otherwise the block was held by other streams' work
+//!   (`record_stream`): the driver frees it with a pending event on a stream
+//!   of its own, and completes that event at the `free_completed`, so the
+//!   model frees the block where PyTorch did: at the start of the next
+//!   `malloc`, or in a synchronisation. `free_completed` entries just before
+//!   a run of releases were emitted by that synchronisation itself, so their
+//!   events are left for the model's synchronisation to complete.
+//! - A run of releases is an `empty_cache()` call unless it is a retry
+//!   ladder (see `releases`), which the model repeats by itself when the
+//!   device refuses memory.
+//! - An `oom` is the failed request, asked again.
+
+use crate::releases::{is_empty_cache_call, ReleaseRun};
+use std::collections::{HashMap, HashSet};
+use vramkit_core::{CachingAllocator, DeviceAddr, Error, StreamId, TraceAction, TraceEntry};
+use vramkit_sim::SimDevice;
+
+/// Streams the driver makes up for held blocks start here, far from real handles.
+const HOLD_STREAM_BASE: u64 = u64::MAX - (1 << 40);
+
+/// What one entry did to the model.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// An `alloc`: the model's answer.
+    Alloc(Result<DeviceAddr, Error>),
+    /// An `oom`: whether the model failed the request too.
+    Oom { failed: bool },
+    /// Anything else.
+    Other,
+}
+
+pub(crate) struct Driver<'a> {
+    events: &'a [TraceEntry],
+    runs: Vec<(usize, ReleaseRun)>,
+    /// `free_completed` entries the model's own synchronisation accounts for.
+    by_sync: HashSet<usize>,
+    /// Recorded address -> model address (`None`: the model failed it).
+    addr: HashMap<u64, Option<u64>>,
+    /// Held blocks: recorded address -> the stream of their pending event.
+    holds: HashMap<u64, StreamId>,
+    /// Held blocks whose `free_completed` was left to a synchronisation
+    /// that may not come: completed after the next `malloc`.
+    overdue: Vec<StreamId>,
+    next_hold: u64,
+}
+
+impl<'a> Driver<'a> {
+    /// Pending blocks of the start state wait on events like every other hold.
+    pub fn adopt_pending(&mut self, model: &mut CachingAllocator<SimDevice>) {
+        for p in model.held_addresses() {
+            let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
+            self.next_hold += 1;
+            if model.hold_with_event(p, stream).is_ok() {
+                self.holds.insert(p.0, stream);
+            }
+        }
+    }
+
+    pub fn new(events: &'a [TraceEntry], runs: Vec<(usize, ReleaseRun)>) -> Driver<'a> {
+        // `free_completed` entries directly before a release, a new segment
+        // or an `oom` may come from the retry ladder's synchronisation, which
+        // runs after the cache search. Leaving them to the model's own
+        // synchronisation is right then, and changes nothing otherwise: had
+        // they been free at the search and fit, there would have been no
+        // new segment. Only entries directly before an `alloc` served from
+        // the cache are completed at once.
+        let mut by_sync = HashSet::new();
+        for (start, e) in events.iter().enumerate() {
+            let ladder_sign = matches!(
+                e.action,
+                TraceAction::SegmentFree | TraceAction::SegmentUnmap | TraceAction::SegmentAlloc | TraceAction::SegmentMap | TraceAction::Oom
+            );
+            if !ladder_sign || (start > 0 && events[start - 1].action != TraceAction::FreeCompleted) {
+                continue;
+            }
+            let mut k = start;
+            while k > 0 && events[k - 1].action == TraceAction::FreeCompleted {
+                k -= 1;
+                by_sync.insert(k);
+            }
+        }
+        Driver { events, runs, by_sync, addr: HashMap::new(), holds: HashMap::new(), overdue: Vec::new(), next_hold: 0 }
+    }
+
+    fn model_addr(&self, recorded: u64) -> Option<u64> {
+        self.addr.get(&recorded).copied().unwrap_or(Some(recorded))
+    }
+
+    /// Applies entry `i`.
+    pub fn step(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize) -> Step {
+        let e = &self.events[i];
+        match e.action {
+            TraceAction::Alloc => {
+                let got = model.malloc(e.size, StreamId(e.stream));
+                model.device_mut().clear_queued_addresses();
+                for stream in self.overdue.drain(..) {
+                    model.device_mut().complete_stream(stream);
+                }
+                match &got {
+                    Ok(p) => self.addr.insert(e.addr, Some(p.0)),
+                    Err(_) => self.addr.insert(e.addr, None),
+                };
+                Step::Alloc(got)
+            }
+            TraceAction::FreeRequested => {
+                let Some(p) = self.model_addr(e.addr) else { return Step::Other };
+                let next = self.events.get(i + 1);
+                let immediate = next.is_some_and(|n| n.action == TraceAction::FreeCompleted && n.addr == e.addr);
+                if !immediate {
+                    let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
+                    self.next_hold += 1;
+                    if model.record_stream(DeviceAddr(p), stream).is_ok() {
+                        self.holds.insert(e.addr, stream);
+                    }
+                }
+                let _ = model.free(DeviceAddr(p));
+                Step::Other
+            }
+            TraceAction::FreeCompleted => {
+                if let Some(stream) = self.holds.remove(&e.addr) {
+                    if self.by_sync.contains(&i) {
+                        self.overdue.push(stream);
+                    } else {
+                        model.device_mut().complete_stream(stream);
+                    }
+                }
+                self.addr.remove(&e.addr);
+                Step::Other
+            }
+            TraceAction::SegmentAlloc => {
+                model.device_mut().push_address(e.addr);
+                Step::Other
+            }
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
+                let call = is_empty_cache_call(&self.runs, self.events, i, || model.empty_cache_plan());
+                if call {
+                    model.empty_cache();
+                }
+                Step::Other
+            }
+            TraceAction::Oom => {
+                let failed = model.malloc(e.size, StreamId(e.stream)).is_err();
+                model.device_mut().clear_queued_addresses();
+                for stream in self.overdue.drain(..) {
+                    model.device_mut().complete_stream(stream);
+                }
+                Step::Oom { failed }
+            }
+            _ => Step::Other,
+        }
+    }
+
+    /// After the last entry: free what completed but waits for a `malloc`,
+    /// and the allocations a cut trace never frees.
+    pub fn finish(&mut self, model: &mut CachingAllocator<SimDevice>, cut_frees: &[u64]) {
+        for stream in self.overdue.drain(..) {
+            model.device_mut().complete_stream(stream);
+        }
+        model.process_events();
+        for &a in cut_frees {
+            if let Some(p) = self.model_addr(a) {
+                let _ = model.free(DeviceAddr(p));
+            }
+        }
+    }
+
+    /// Forgets the mapping of a recorded address (used by callers that free it themselves).
+    #[allow(dead_code)]
+    pub fn model_address(&self, recorded: u64) -> Option<u64> {
+        self.model_addr(recorded)
+    }
+}

@@ -1,0 +1,3 @@
+//! Integration tests of vramkit-replay.
+
+mod selfcheck;
