@@ -1,0 +1,1 @@
+//! RAPIDS RMM `logging_resource_adaptor` CSV logs. (Being written.)
