@@ -9,8 +9,8 @@ use crate::error::TraceError;
 use crate::file::{KeySets, SkippedEntry, SnapshotFile, SnapshotFormat};
 use crate::legacy::{self, HistoryEntry, LegacyHistory};
 use crate::settings;
-use crate::tree::{Item, NodeId, Tree};
-use std::collections::{BTreeSet, HashMap};
+use crate::tree::{FxHashMap, Item, Kind, NodeId, Tree};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use vramkit_core::snapshot::{BlockInfo, BlockState, Frame, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry};
 use vramkit_core::PoolKind;
@@ -129,10 +129,30 @@ const BLOCK_KEYS: [&str; 6] = ["address", "size", "requested_size", "state", "fr
 const ENTRY_KEYS: [&str; 9] =
     ["action", "addr", "device_free", "size", "stream", "time_us", "compile_context", "user_metadata", "frames"];
 
+/// A list's items as a map key: hashes the length and a few items only
+/// (stacks are long), compares all of them.
+#[derive(PartialEq, Eq)]
+struct ItemsKey<'t>(&'t [Item]);
+
+impl std::hash::Hash for ItemsKey<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let items = self.0;
+        state.write_usize(items.len());
+        for &i in &[0, 1, items.len() / 2, items.len().wrapping_sub(2), items.len().wrapping_sub(1)] {
+            if let Some(item) = items.get(i) {
+                item.hash(state);
+            }
+        }
+    }
+}
+
 /// Typed access to a [`Tree`], with the per-file caches.
 pub(crate) struct Reader<'t> {
     pub(crate) tree: &'t Tree,
-    frames: HashMap<NodeId, Frames>,
+    /// Frames by the list object they came from.
+    frames: FxHashMap<NodeId, Frames>,
+    /// Frames by the frame objects they hold (node references only).
+    frames_by_items: FxHashMap<ItemsKey<'t>, Frames>,
     top: Seen,
     segment: Seen,
     block: Seen,
@@ -143,7 +163,8 @@ impl<'t> Reader<'t> {
     pub(crate) fn new(tree: &'t Tree) -> Reader<'t> {
         Reader {
             tree,
-            frames: HashMap::new(),
+            frames: FxHashMap::default(),
+            frames_by_items: FxHashMap::default(),
             top: Seen::default(),
             segment: Seen::default(),
             block: Seen::default(),
@@ -173,8 +194,8 @@ impl<'t> Reader<'t> {
     }
 
     pub(crate) fn u64(&self, item: Item) -> Result<u64, SchemaErr> {
-        match item {
-            Item::Int(n) => u64::try_from(n).map_err(|_| self.wrong("a non-negative int", item)),
+        match item.kind() {
+            Kind::Int(n) => u64::try_from(n).map_err(|_| self.wrong("a non-negative int", item)),
             _ => self
                 .tree
                 .as_i128(item)
@@ -184,24 +205,23 @@ impl<'t> Reader<'t> {
     }
 
     pub(crate) fn i64(&self, item: Item) -> Result<i64, SchemaErr> {
-        match item {
-            Item::Int(n) => Ok(n),
-            _ => Err(self.wrong("an int within 64 bits", item)),
-        }
+        self.tree
+            .as_i128(item)
+            .and_then(|n| i64::try_from(n).ok())
+            .ok_or_else(|| self.wrong("an int within 64 bits", item))
     }
 
     /// A float; an int is accepted too (JSON writes `0` for `0.0` sometimes).
     pub(crate) fn f64(&self, item: Item) -> Result<f64, SchemaErr> {
-        match item {
-            Item::Float(x) => Ok(x),
-            Item::Int(n) => Ok(n as f64),
-            _ => Err(self.wrong("a float", item)),
+        match item.kind() {
+            Kind::Int(n) => Ok(n as f64),
+            _ => self.tree.as_f64(item).ok_or_else(|| self.wrong("a float", item)),
         }
     }
 
     pub(crate) fn bool(&self, item: Item) -> Result<bool, SchemaErr> {
-        match item {
-            Item::Bool(b) => Ok(b),
+        match item.kind() {
+            Kind::Bool(b) => Ok(b),
             _ => Err(self.wrong("a bool", item)),
         }
     }
@@ -218,20 +238,30 @@ impl<'t> Reader<'t> {
 
     /// A frames list; the same list object gives the same `Arc`.
     pub(crate) fn frames(&mut self, item: Item) -> Result<Frames, SchemaErr> {
-        let id = match item {
-            Item::Node(id) => id,
+        let id = match item.kind() {
+            Kind::Node(id) => id,
             _ => return Err(self.wrong("a list of frames", item)),
         };
         if let Some(frames) = self.frames.get(&id) {
             return Ok(frames.clone());
         }
         let items = self.seq(item)?;
+        // Distinct list objects often hold the very same frame objects
+        // (PyTorch memoizes each frame dict); such lists share one `Arc`.
+        if let Some(frames) = self.frames_by_items.get(&ItemsKey(items)) {
+            let frames = frames.clone();
+            self.frames.insert(id, frames.clone());
+            return Ok(frames);
+        }
         let mut out = Vec::with_capacity(items.len());
         for (i, &frame) in items.iter().enumerate() {
             out.push(self.frame(frame).at_index(i)?);
         }
         let frames: Frames = Arc::from(out);
         self.frames.insert(id, frames.clone());
+        if items.iter().all(|item| item.node_id().is_some()) {
+            self.frames_by_items.insert(ItemsKey(items), frames.clone());
+        }
         Ok(frames)
     }
 

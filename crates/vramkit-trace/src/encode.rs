@@ -144,7 +144,7 @@ impl<'f> Encoder<'f> {
         // block; write them only if the source had them.
         let strict = |key: &str| keys.is_some_and(|set| set.contains(key));
         let mut pairs = Vec::with_capacity(6);
-        if !legacy_blocks || strict("address") {
+        if if legacy_blocks { strict("address") } else { want(keys, "address") } {
             pairs.push((self.key("address"), int(block.address)));
         }
         pairs.push((self.key("size"), int(block.size)));

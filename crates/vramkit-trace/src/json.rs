@@ -4,7 +4,7 @@
 
 use crate::error::TraceError;
 use crate::pickle::value::Value;
-use crate::tree::{Item, Node, Tree, MAX_DEPTH};
+use crate::tree::{Item, Tree, MAX_DEPTH};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Error as _, SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
@@ -46,30 +46,27 @@ impl<'de> Visitor<'de> for ItemSeed<'_> {
     }
 
     fn visit_unit<E>(self) -> Result<Item, E> {
-        Ok(Item::None)
+        Ok(Item::NONE)
     }
 
     fn visit_bool<E>(self, b: bool) -> Result<Item, E> {
-        Ok(Item::Bool(b))
+        Ok(Item::bool(b))
     }
 
     fn visit_i64<E>(self, n: i64) -> Result<Item, E> {
-        Ok(Item::Int(n))
+        Ok(self.0.int(i128::from(n)))
     }
 
     fn visit_u64<E>(self, n: u64) -> Result<Item, E> {
-        Ok(match i64::try_from(n) {
-            Ok(small) => Item::Int(small),
-            Err(_) => self.0.push(Node::BigInt(i128::from(n))),
-        })
+        Ok(self.0.int(i128::from(n)))
     }
 
     fn visit_f64<E>(self, x: f64) -> Result<Item, E> {
-        Ok(Item::Float(x))
+        Ok(self.0.float(x))
     }
 
     fn visit_str<E>(self, s: &str) -> Result<Item, E> {
-        Ok(self.0.push(Node::Str(s.into())))
+        Ok(self.0.push_str(s))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Item, A::Error> {
@@ -77,7 +74,7 @@ impl<'de> Visitor<'de> for ItemSeed<'_> {
         while let Some(item) = seq.next_element_seed(ItemSeed(&mut *self.0))? {
             items.push(item);
         }
-        Ok(self.0.push(Node::List(items)))
+        Ok(self.0.push_seq(false, items.into_iter()))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item, A::Error> {
@@ -86,7 +83,7 @@ impl<'de> Visitor<'de> for ItemSeed<'_> {
             let value = map.next_value_seed(ItemSeed(&mut *self.0))?;
             pairs.push((key, value));
         }
-        Ok(self.0.push(Node::Dict(pairs)))
+        Ok(self.0.push_dict(pairs.into_iter()))
     }
 }
 

@@ -11,8 +11,7 @@
 use super::op;
 use super::value::Value;
 use crate::error::TraceError;
-use crate::tree::{Item, Node, Tree};
-use std::collections::HashMap;
+use crate::tree::{FxHashMap, Item, Node, Store, Tree};
 
 /// Most MARKs that may be open at once.
 const MAX_OPEN_MARKS: usize = 1000;
@@ -52,7 +51,7 @@ pub(crate) fn parse(data: &[u8]) -> Result<Parsed, TraceError> {
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Vec::new(),
-        memo_sparse: HashMap::new(),
+        memo_sparse: FxHashMap::default(),
         memo_len: 0,
         protocol: None,
     }
@@ -69,8 +68,8 @@ struct Unpickler<'a> {
     marks: Vec<usize>,
     /// Memo slots below `data.len()`; larger indices go to `memo_sparse`, so
     /// a huge `LONG_BINPUT` index never sizes a vector.
-    memo: Vec<Option<Item>>,
-    memo_sparse: HashMap<usize, Item>,
+    memo: Vec<Item>,
+    memo_sparse: FxHashMap<usize, Item>,
     /// Occupied memo slots (what `MEMOIZE` uses as the next index, as CPython).
     memo_len: usize,
     protocol: Option<u8>,
@@ -130,43 +129,54 @@ impl<'a> Unpickler<'a> {
                     let top = self.top(at, code)?;
                     self.stack.push(top);
                 }
-                op::EMPTY_DICT => self.push_node(Node::Dict(Vec::new())),
-                op::EMPTY_LIST => self.push_node(Node::List(Vec::new())),
-                op::EMPTY_TUPLE => self.push_node(Node::Tuple(Vec::new())),
+                op::EMPTY_DICT => self.push_node(Node::Dict(Store::EMPTY)),
+                op::EMPTY_LIST => self.push_node(Node::List(Store::EMPTY)),
+                op::EMPTY_TUPLE => self.push_node(Node::Tuple(Store::EMPTY)),
                 op::DICT => {
                     let mark = self.mark(at, code)?;
-                    let pairs = self.pairs_from(mark, at, code)?;
-                    self.push_node(Node::Dict(pairs));
+                    self.check_pairs(mark, at, code)?;
+                    let item = self.tree.push_dict(Pairs(self.stack.drain(mark..)));
+                    self.stack.push(item);
                 }
                 op::LIST => {
                     let mark = self.mark(at, code)?;
-                    let items = self.stack.split_off(mark);
-                    self.push_node(Node::List(items));
+                    let item = self.tree.push_seq(false, self.stack.drain(mark..));
+                    self.stack.push(item);
                 }
                 op::TUPLE => {
                     let mark = self.mark(at, code)?;
-                    let items = self.stack.split_off(mark);
-                    self.push_node(Node::Tuple(items));
+                    let item = self.tree.push_seq(true, self.stack.drain(mark..));
+                    self.stack.push(item);
                 }
                 op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
                     let n = usize::from(code - op::TUPLE1 + 1);
                     if self.stack.len() < self.fence() + n {
                         return Err(self.underflow(at, code));
                     }
-                    let items = self.stack.split_off(self.stack.len() - n);
-                    self.push_node(Node::Tuple(items));
+                    let from = self.stack.len() - n;
+                    let item = self.tree.push_seq(true, self.stack.drain(from..));
+                    self.stack.push(item);
                 }
                 op::SETITEM => {
                     let value = self.pop(at, code)?;
                     let key = self.pop(at, code)?;
                     let target = self.top(at, code)?;
-                    self.extend_dict(target, vec![(key, value)], at, code)?;
+                    self.extend_dict(target, std::iter::once((key, value)), at, code)?;
                 }
                 op::SETITEMS => {
                     let mark = self.mark(at, code)?;
-                    let pairs = self.pairs_from(mark, at, code)?;
-                    let target = self.top(at, code)?;
-                    self.extend_dict(target, pairs, at, code)?;
+                    self.check_pairs(mark, at, code)?;
+                    if mark <= self.fence() {
+                        return Err(self.underflow(at, code));
+                    }
+                    let target = self.stack[mark - 1];
+                    let added = match target.node_id() {
+                        Some(id) => self.tree.extend_dict(id, Pairs(self.stack.drain(mark..))),
+                        None => false,
+                    };
+                    if !added {
+                        return Err(self.wrong_target(target, "a dict", at, code));
+                    }
                 }
                 op::APPEND => {
                     let value = self.pop(at, code)?;
@@ -179,29 +189,29 @@ impl<'a> Unpickler<'a> {
                         return Err(self.underflow(at, code));
                     }
                     let target = self.stack[mark - 1];
-                    let Item::Node(id) = target else {
-                        return Err(self.wrong_target(target, "a list", at, code));
+                    let added = match target.node_id() {
+                        Some(id) => self.tree.extend_list(id, self.stack.drain(mark..)),
+                        None => false,
                     };
-                    match self.tree.nodes.get_mut(id) {
-                        Some(Node::List(items)) => items.extend(self.stack.drain(mark..)),
-                        _ => return Err(self.wrong_target(target, "a list", at, code)),
+                    if !added {
+                        return Err(self.wrong_target(target, "a list", at, code));
                     }
                 }
-                op::NONE => self.stack.push(Item::None),
-                op::NEWTRUE => self.stack.push(Item::Bool(true)),
-                op::NEWFALSE => self.stack.push(Item::Bool(false)),
+                op::NONE => self.stack.push(Item::NONE),
+                op::NEWTRUE => self.stack.push(Item::bool(true)),
+                op::NEWFALSE => self.stack.push(Item::bool(false)),
                 op::BININT => {
                     let b = self.take(4, at, code)?;
                     let n = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                    self.stack.push(Item::Int(i64::from(n)));
+                    self.push_int(i64::from(n));
                 }
                 op::BININT1 => {
                     let n = self.u8(at, code)?;
-                    self.stack.push(Item::Int(i64::from(n)));
+                    self.push_int(i64::from(n));
                 }
                 op::BININT2 => {
                     let b = self.take(2, at, code)?;
-                    self.stack.push(Item::Int(i64::from(u16::from_le_bytes([b[0], b[1]]))));
+                    self.push_int(i64::from(u16::from_le_bytes([b[0], b[1]])));
                 }
                 op::LONG1 => {
                     let len = usize::from(self.u8(at, code)?);
@@ -219,7 +229,8 @@ impl<'a> Unpickler<'a> {
                     let b = self.take(8, at, code)?;
                     let mut raw = [0u8; 8];
                     raw.copy_from_slice(b);
-                    self.stack.push(Item::Float(f64::from_be_bytes(raw)));
+                    let item = self.tree.float(f64::from_be_bytes(raw));
+                    self.stack.push(item);
                 }
                 op::SHORT_BINUNICODE => {
                     let len = usize::from(self.u8(at, code)?);
@@ -254,8 +265,8 @@ impl<'a> Unpickler<'a> {
                 op::INT => {
                     let line = self.line(at, code)?;
                     let item = match line {
-                        "00" => Item::Bool(false),
-                        "01" => Item::Bool(true),
+                        "00" => Item::bool(false),
+                        "01" => Item::bool(true),
                         _ => self.int_text(line, at, code)?,
                     };
                     self.stack.push(item);
@@ -271,7 +282,8 @@ impl<'a> Unpickler<'a> {
                     let x: f64 = line.parse().map_err(|_| {
                         TraceError::pickle(at, format!("FLOAT: expected a decimal number, found {line:?}"))
                     })?;
-                    self.stack.push(Item::Float(x));
+                    let item = self.tree.float(x);
+                    self.stack.push(item);
                 }
                 op::PUT => {
                     let index = self.index_text(at, code)?;
@@ -320,7 +332,7 @@ impl<'a> Unpickler<'a> {
         })
     }
 
-    fn pairs_from(&mut self, mark: usize, at: usize, code: u8) -> Result<Vec<(Item, Item)>, TraceError> {
+    fn check_pairs(&self, mark: usize, at: usize, code: u8) -> Result<(), TraceError> {
         let count = self.stack.len() - mark;
         if count % 2 != 0 {
             return Err(TraceError::pickle(
@@ -328,12 +340,7 @@ impl<'a> Unpickler<'a> {
                 format!("{}: expected key/value pairs after the MARK, found an odd number of items ({count})", op::name(code)),
             ));
         }
-        let mut pairs = Vec::with_capacity(count / 2);
-        let mut items = self.stack.drain(mark..);
-        while let (Some(key), Some(value)) = (items.next(), items.next()) {
-            pairs.push((key, value));
-        }
-        Ok(pairs)
+        Ok(())
     }
 
     fn wrong_target(&self, target: Item, expected: &str, at: usize, code: u8) -> TraceError {
@@ -343,24 +350,23 @@ impl<'a> Unpickler<'a> {
         )
     }
 
-    fn extend_dict(&mut self, target: Item, pairs: Vec<(Item, Item)>, at: usize, code: u8) -> Result<(), TraceError> {
-        if let Item::Node(id) = target {
-            if let Some(Node::Dict(existing)) = self.tree.nodes.get_mut(id) {
-                existing.extend(pairs);
-                return Ok(());
-            }
+    fn extend_dict(&mut self, target: Item, pairs: impl Iterator<Item = (Item, Item)>, at: usize, code: u8) -> Result<(), TraceError> {
+        match target.node_id() {
+            Some(id) if self.tree.extend_dict(id, pairs) => Ok(()),
+            _ => Err(self.wrong_target(target, "a dict", at, code)),
         }
-        Err(self.wrong_target(target, "a dict", at, code))
     }
 
     fn append(&mut self, target: Item, item: Item, at: usize, code: u8) -> Result<(), TraceError> {
-        if let Item::Node(id) = target {
-            if let Some(Node::List(items)) = self.tree.nodes.get_mut(id) {
-                items.push(item);
-                return Ok(());
-            }
+        match target.node_id() {
+            Some(id) if self.tree.extend_list(id, std::iter::once(item)) => Ok(()),
+            _ => Err(self.wrong_target(target, "a list", at, code)),
         }
-        Err(self.wrong_target(target, "a list", at, code))
+    }
+
+    fn push_int(&mut self, n: i64) {
+        let item = self.tree.int(i128::from(n));
+        self.stack.push(item);
     }
 
     fn push_node(&mut self, node: Node) {
@@ -420,10 +426,7 @@ impl<'a> Unpickler<'a> {
     }
 
     fn int_item(&mut self, n: i128) -> Item {
-        match i64::try_from(n) {
-            Ok(small) => Item::Int(small),
-            Err(_) => self.tree.push(Node::BigInt(n)),
-        }
+        self.tree.int(n)
     }
 
     fn unicode(&mut self, len: usize, at: usize, code: u8) -> Result<(), TraceError> {
@@ -434,8 +437,8 @@ impl<'a> Unpickler<'a> {
                 format!("{}: expected UTF-8 text, found an invalid byte at position {} of the string", op::name(code), e.valid_up_to()),
             )
         })?;
-        let node = Node::Str(text.into());
-        self.push_node(node);
+        let item = self.tree.push_str(text);
+        self.stack.push(item);
         Ok(())
     }
 
@@ -443,9 +446,9 @@ impl<'a> Unpickler<'a> {
         let item = self.top(at, code)?;
         let fresh = if index < self.data.len() {
             if index >= self.memo.len() {
-                self.memo.resize(index + 1, None);
+                self.memo.resize(index + 1, Item::UNSET);
             }
-            self.memo[index].replace(item).is_none()
+            std::mem::replace(&mut self.memo[index], item) == Item::UNSET
         } else {
             self.memo_sparse.insert(index, item).is_none()
         };
@@ -456,7 +459,10 @@ impl<'a> Unpickler<'a> {
     }
 
     fn get(&mut self, index: usize, at: usize, code: u8) -> Result<(), TraceError> {
-        let found = if index < self.memo.len() { self.memo[index] } else { self.memo_sparse.get(&index).copied() };
+        let found = match self.memo.get(index) {
+            Some(&item) => (item != Item::UNSET).then_some(item),
+            None => self.memo_sparse.get(&index).copied(),
+        };
         match found {
             Some(item) => {
                 self.stack.push(item);
@@ -497,5 +503,23 @@ impl<'a> Unpickler<'a> {
         line.parse().map_err(|_| {
             TraceError::pickle(at, format!("{}: expected a memo index, found {line:?}", op::name(code)))
         })
+    }
+}
+
+/// Key/value pairs from a flat run of stack items (the count was checked even).
+struct Pairs<I>(I);
+
+impl<I: Iterator<Item = Item>> Iterator for Pairs<I> {
+    type Item = (Item, Item);
+
+    fn next(&mut self) -> Option<(Item, Item)> {
+        let key = self.0.next()?;
+        let value = self.0.next()?;
+        Some((key, value))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let (low, high) = self.0.size_hint();
+        (low / 2, high.map(|h| h / 2))
     }
 }
