@@ -152,6 +152,17 @@ pub(crate) struct Tree {
 }
 
 impl Tree {
+    /// An empty tree with room for what a pickle of `input_bytes` usually
+    /// holds (a guess from real snapshots; the buffers still grow as needed).
+    pub(crate) fn with_capacity_for(input_bytes: usize) -> Tree {
+        Tree {
+            nodes: Vec::with_capacity(input_bytes / 48),
+            text: String::with_capacity(input_bytes / 8),
+            items: Vec::with_capacity(input_bytes / 4),
+            pairs: Vec::with_capacity(input_bytes / 48),
+        }
+    }
+
     pub(crate) fn push(&mut self, node: Node) -> Item {
         self.nodes.push(node);
         Item::node(self.nodes.len() - 1)

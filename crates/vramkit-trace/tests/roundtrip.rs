@@ -48,6 +48,20 @@ fn older_protocols_round_trip_too() {
         let again = read_snapshot_bytes(&out).expect("reads back");
         assert_eq!(again.pickle_protocol, Some(protocol));
         assert_eq!(SnapshotFile { pickle_protocol: Some(4), ..again }, file);
+        if let Some(python) = python3() {
+            // Every opcode must exist in the protocol written, and CPython must load it.
+            let path = temp_path(&format!("protocol-{protocol}.pickle"));
+            std::fs::write(&path, &out).expect("temp file written");
+            let check = "import pickle, pickletools, sys\n\
+                data = open(sys.argv[1], 'rb').read()\n\
+                bad = [op.name for op, _, _ in pickletools.genops(data) if op.proto > int(sys.argv[2])]\n\
+                assert not bad, bad\n\
+                print(len(pickle.loads(data)['segments']))";
+            let result = Command::new(python).arg("-c").arg(check).arg(&path).arg(protocol.to_string()).output().expect("runs");
+            let _ = std::fs::remove_file(&path);
+            assert!(result.status.success(), "protocol {protocol}: {}", String::from_utf8_lossy(&result.stderr));
+            assert_eq!(String::from_utf8_lossy(&result.stdout).trim(), file.snapshot.segments.len().to_string());
+        }
     }
     assert!(write_pickle_protocol(&file, 5, Vec::new()).is_err(), "the viewer cannot read protocol 5");
 }

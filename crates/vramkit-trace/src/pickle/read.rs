@@ -47,7 +47,7 @@ pub(crate) fn parse(data: &[u8]) -> Result<Parsed, TraceError> {
     Unpickler {
         data,
         pos: 0,
-        tree: Tree::default(),
+        tree: Tree::with_capacity_for(data.len()),
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Vec::new(),
@@ -254,14 +254,7 @@ impl<'a> Unpickler<'a> {
                     self.put(index, at, code)?;
                 }
                 op::MEMOIZE => self.put(self.memo_len, at, code)?,
-                op::BINGET => {
-                    let index = usize::from(self.u8(at, code)?);
-                    self.get(index, at, code)?;
-                }
-                op::LONG_BINGET => {
-                    let index = self.u32(at, code)? as usize;
-                    self.get(index, at, code)?;
-                }
+                op::BINGET | op::LONG_BINGET => self.get_run(code, at)?,
                 op::INT => {
                     let line = self.line(at, code)?;
                     let item = match line {
@@ -375,6 +368,7 @@ impl<'a> Unpickler<'a> {
     }
 
     /// The next `len` bytes, after checking that they exist.
+    #[inline]
     fn take(&mut self, len: usize, at: usize, code: u8) -> Result<&'a [u8], TraceError> {
         let remaining = self.data.len() - self.pos;
         if len > remaining {
@@ -389,10 +383,12 @@ impl<'a> Unpickler<'a> {
         Ok(bytes)
     }
 
+    #[inline]
     fn u8(&mut self, at: usize, code: u8) -> Result<u8, TraceError> {
         Ok(self.take(1, at, code)?[0])
     }
 
+    #[inline]
     fn u32(&mut self, at: usize, code: u8) -> Result<u32, TraceError> {
         let b = self.take(4, at, code)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -458,6 +454,24 @@ impl<'a> Unpickler<'a> {
         Ok(())
     }
 
+    /// A run of `BINGET`/`LONG_BINGET` (a stack's frames, typically), in a
+    /// tight loop: cheaper than going through the opcode dispatch each time.
+    fn get_run(&mut self, mut code: u8, mut at: usize) -> Result<(), TraceError> {
+        loop {
+            let index = if code == op::BINGET { usize::from(self.u8(at, code)?) } else { self.u32(at, code)? as usize };
+            self.get(index, at, code)?;
+            match self.data.get(self.pos) {
+                Some(&next @ (op::BINGET | op::LONG_BINGET)) => {
+                    at = self.pos;
+                    self.pos += 1;
+                    code = next;
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    #[inline]
     fn get(&mut self, index: usize, at: usize, code: u8) -> Result<(), TraceError> {
         let found = match self.memo.get(index) {
             Some(&item) => (item != Item::UNSET).then_some(item),
