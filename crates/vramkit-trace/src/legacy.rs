@@ -1,0 +1,107 @@
+//! The PyTorch 2.0-era block `history`.
+//!
+//! In that layout a block has no `address` and no `frames`; instead it
+//! carries `history`, the allocations made in it, oldest first, each
+//! `{addr, real_size, frames}`. An inactive block that was merged from
+//! several freed ones lists all their allocations. The reader derives the
+//! current model from it (the latest entry is the live allocation of an
+//! active block) and keeps the lists, so writing the file again keeps them.
+
+use crate::decode::{AtKey, Reader, SchemaErr};
+use crate::encode::Encoder;
+use crate::pickle::value::Value;
+use crate::tree::Item;
+use vramkit_core::snapshot::{BlockState, Frames};
+
+/// One allocation made in a block (an entry of a legacy `history` list).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryEntry {
+    /// Address handed out.
+    pub addr: u64,
+    /// Bytes requested (`real_size`).
+    pub real_size: u64,
+    /// Where it was allocated, if recorded.
+    pub frames: Option<Frames>,
+}
+
+/// The `history` lists of a legacy file's blocks.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LegacyHistory {
+    /// `blocks[s][b]` is the history of `segments[s].blocks[b]`, oldest
+    /// first. `blocks[s]` is empty when none of segment `s`'s blocks had one.
+    pub blocks: Vec<Vec<Vec<HistoryEntry>>>,
+}
+
+impl LegacyHistory {
+    /// The history of block `block` of segment `segment` (empty if none).
+    pub fn of(&self, segment: usize, block: usize) -> &[HistoryEntry] {
+        self.blocks.get(segment).and_then(|blocks| blocks.get(block)).map_or(&[], Vec::as_slice)
+    }
+}
+
+pub(crate) fn decode_history(reader: &mut Reader<'_>, item: Item) -> Result<Vec<HistoryEntry>, SchemaErr> {
+    let items = reader.seq(item)?;
+    let mut out = Vec::with_capacity(items.len());
+    for (i, &entry) in items.iter().enumerate() {
+        out.push(decode_entry(reader, entry).at_index(i)?);
+    }
+    Ok(out)
+}
+
+fn decode_entry(reader: &mut Reader<'_>, item: Item) -> Result<HistoryEntry, SchemaErr> {
+    let (mut addr, mut real_size, mut frames) = (None, None, None);
+    for &(k, v) in reader.dict(item)? {
+        let key = reader.key_name(k)?;
+        match key {
+            "addr" => addr = Some(reader.u64(v).at(key)?),
+            "real_size" => real_size = Some(reader.u64(v).at(key)?),
+            "frames" => frames = Some(reader.frames(v).at(key)?),
+            _ => {}
+        }
+    }
+    Ok(HistoryEntry {
+        addr: addr.ok_or_else(|| SchemaErr::missing("addr"))?,
+        real_size: real_size.ok_or_else(|| SchemaErr::missing("real_size"))?,
+        frames,
+    })
+}
+
+/// A legacy block's requested bytes when the block has no `requested_size`:
+/// the latest allocation's `real_size` if the block is active, else 0.
+pub(crate) fn requested_size(state: BlockState, history: &[HistoryEntry]) -> u64 {
+    match history.last() {
+        Some(latest) if state.is_active() => latest.real_size,
+        _ => 0,
+    }
+}
+
+/// A legacy block's stack: the latest allocation's, if the block is active.
+pub(crate) fn frames(state: BlockState, history: &[HistoryEntry]) -> Option<Frames> {
+    match history.last() {
+        Some(latest) if state.is_active() => latest.frames.clone(),
+        _ => None,
+    }
+}
+
+/// The `history` value of a block when writing the legacy layout, from
+/// `(addr, real_size, frames)` triples, oldest first.
+pub(crate) fn encode_history<'a>(
+    enc: &mut Encoder<'a>,
+    entries: impl IntoIterator<Item = (u64, u64, Option<&'a Frames>)>,
+) -> Value {
+    let items = entries
+        .into_iter()
+        .map(|(addr, real_size, frames)| {
+            let mut pairs = vec![
+                (enc.key("addr"), Value::int(i128::from(addr))),
+                (enc.key("real_size"), Value::int(i128::from(real_size))),
+            ];
+            if let Some(frames) = frames {
+                let frames = enc.frames(frames);
+                pairs.push((enc.key("frames"), frames));
+            }
+            Value::dict(pairs)
+        })
+        .collect();
+    Value::list(items)
+}

@@ -1,0 +1,43 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+//! # Architecture
+//!
+//! Reading is three steps, each in its own file. [`read`] sniffs the
+//! encoding from the first bytes. The pickle reader ([`pickle::read`]) or
+//! the JSON reader ([`json`]) then builds one *document*: an arena of nodes
+//! (`tree.rs`) in which a pickle memo reference is a copied index, so an
+//! object PyTorch shares 100k times is parsed once and stays one object.
+//! Finally `decode.rs` walks the document once against the snapshot schema
+//! and fills the core model ([`vramkit_core::snapshot`]) plus the parts the
+//! core does not model ([`SnapshotFile`]): typed `allocator_settings`
+//! (`settings.rs`), `external_annotations`, unknown top-level keys, the
+//! 2.0-era block `history` lists (`legacy.rs`), and which generation and
+//! keys the file had. Writing runs the other way: `encode.rs` turns a
+//! [`SnapshotFile`] into a [`Value`] of PyTorch's shape (shared stacks stay
+//! shared), and [`pickle::write`] or [`json`] serialises it. The RMM log
+//! reader ([`rmm`]) is separate: CSV lines straight to trace entries.
+
+mod decode;
+mod encode;
+mod error;
+mod file;
+mod json;
+mod legacy;
+pub mod pickle;
+mod read;
+pub mod rmm;
+mod settings;
+mod tree;
+mod write;
+
+pub use encode::to_value;
+pub use error::TraceError;
+pub use file::{KeySets, SkippedEntry, SnapshotFile, SnapshotFormat};
+pub use json::write_value as write_json_value;
+pub use legacy::{HistoryEntry, LegacyHistory};
+pub use pickle::value::Value;
+pub use read::{read_snapshot, read_snapshot_bytes, sniff, Encoding};
+pub use settings::AllocatorSettings;
+pub use write::{write_json, write_pickle, write_pickle_protocol};

@@ -1,0 +1,61 @@
+//! Reading a snapshot: sniff the encoding from the content, parse, decode.
+
+use crate::decode;
+use crate::error::TraceError;
+use crate::file::SnapshotFile;
+use crate::json;
+use crate::pickle;
+use std::path::Path;
+
+/// How a snapshot's bytes are encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Encoding {
+    /// A binary pickle (first byte `0x80`, `PROTO`).
+    Pickle,
+    /// JSON text (first non-blank character `{` or `[`).
+    Json,
+}
+
+/// Tells a pickle from JSON by the content, never by the file name.
+pub fn sniff(bytes: &[u8]) -> Option<Encoding> {
+    if bytes.first() == Some(&0x80) {
+        return Some(Encoding::Pickle);
+    }
+    let text = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    match text.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{' | b'[') => Some(Encoding::Json),
+        _ => None,
+    }
+}
+
+/// Reads a snapshot file (pickle of any protocol 2-5, or JSON).
+pub fn read_snapshot(path: impl AsRef<Path>) -> Result<SnapshotFile, TraceError> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|source| TraceError::Io { path: path.to_path_buf(), source })?;
+    read_snapshot_bytes(&bytes).map_err(|e| e.with_path(path))
+}
+
+/// Reads a snapshot from bytes (pickle or JSON, sniffed).
+pub fn read_snapshot_bytes(bytes: &[u8]) -> Result<SnapshotFile, TraceError> {
+    match sniff(bytes) {
+        Some(Encoding::Pickle) => {
+            let parsed = pickle::read::parse(bytes)?;
+            decode::decode(&parsed.tree, parsed.root, parsed.protocol)
+        }
+        Some(Encoding::Json) => {
+            let text = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+            let (tree, root) = json::parse(text)?;
+            decode::decode(&tree, root, None)
+        }
+        None => Err(TraceError::UnknownFormat { path: None, found: describe_start(bytes) }),
+    }
+}
+
+fn describe_start(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        return "an empty file".to_owned();
+    }
+    let head: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("first bytes {} (expected 0x80 for a pickle, or '{{'/'[' for JSON)", head.join(" "))
+}

@@ -1,0 +1,164 @@
+//! `allocator_settings`: the allocator configuration a snapshot recorded.
+
+use crate::decode::{AtKey, Reader, SchemaErr};
+use crate::encode::Encoder;
+use crate::pickle::value::Value;
+use crate::tree::Item;
+use std::collections::BTreeMap;
+use vramkit_core::rounding::ROUNDUP_INTERVALS;
+use vramkit_core::AllocatorConfig;
+
+/// The top-level `allocator_settings` dict of newer snapshots. Every field
+/// is optional because PyTorch releases added keys over time.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AllocatorSettings {
+    /// `PYTORCH_CUDA_ALLOC_CONF`: the last settings string PyTorch parsed,
+    /// verbatim (`""` when unset).
+    pub pytorch_cuda_alloc_conf: Option<String>,
+    /// `max_split_size` in bytes; -1 means unlimited.
+    pub max_split_size: Option<i64>,
+    /// `garbage_collection_threshold`; 0 means off.
+    pub garbage_collection_threshold: Option<f64>,
+    /// `expandable_segments`.
+    pub expandable_segments: Option<bool>,
+    /// `pinned_num_register_threads` (host allocator).
+    pub pinned_num_register_threads: Option<u64>,
+    /// `release_lock_on_cudamalloc`.
+    pub release_lock_on_cudamalloc: Option<bool>,
+    /// `pinned_use_cuda_host_register` (host allocator).
+    pub pinned_use_cuda_host_register: Option<bool>,
+    /// `graph_capture_record_stream_reuse` (newest releases).
+    pub graph_capture_record_stream_reuse: Option<bool>,
+    /// `roundup_power2_divisions`: the lower bound in MiB of each size
+    /// class (`1, 2, 4, ..., 32768`) to its number of divisions.
+    pub roundup_power2_divisions: Option<BTreeMap<u64, u64>>,
+    /// Keys this crate does not know, in file order.
+    pub other: Vec<(String, Value)>,
+}
+
+impl AllocatorSettings {
+    /// The recorded settings as a core [`AllocatorConfig`].
+    ///
+    /// Starts from the parsed `PYTORCH_CUDA_ALLOC_CONF` string (so keys the
+    /// dict does not carry, like `max_non_split_rounding_mb`, are honoured;
+    /// PyTorch's defaults if the string is absent or does not parse), then
+    /// applies every value the dict recorded, which PyTorch reports as in
+    /// effect: `max_split_size` -1 is unlimited (`None`), and the
+    /// `roundup_power2_divisions` keys map to the 16-entry table by
+    /// log2 of the key.
+    pub fn to_config(&self) -> AllocatorConfig {
+        let mut config = self
+            .pytorch_cuda_alloc_conf
+            .as_deref()
+            .and_then(|conf| AllocatorConfig::parse(conf).ok())
+            .unwrap_or_default();
+        if let Some(max_split) = self.max_split_size {
+            config.max_split_size_bytes = u64::try_from(max_split).ok();
+        }
+        if let Some(threshold) = self.garbage_collection_threshold {
+            config.garbage_collection_threshold = threshold;
+        }
+        if let Some(on) = self.expandable_segments {
+            config.expandable_segments = on;
+        }
+        if let Some(threads) = self.pinned_num_register_threads {
+            config.pinned_num_register_threads = threads;
+        }
+        if let Some(on) = self.release_lock_on_cudamalloc {
+            config.release_lock_on_cudamalloc = on;
+        }
+        if let Some(on) = self.pinned_use_cuda_host_register {
+            config.pinned_use_cuda_host_register = on;
+        }
+        if let Some(on) = self.graph_capture_record_stream_reuse {
+            config.graph_capture_record_stream_reuse = on;
+        }
+        if let Some(table) = &self.roundup_power2_divisions {
+            config.roundup_power2_divisions = division_table(table);
+        }
+        config
+    }
+}
+
+/// The 16-entry table from `{lower bound in MiB: divisions}`.
+fn division_table(table: &BTreeMap<u64, u64>) -> [u64; ROUNDUP_INTERVALS] {
+    let mut out = [0; ROUNDUP_INTERVALS];
+    for (&mib, &divisions) in table {
+        if mib == 0 {
+            continue;
+        }
+        let index = (63 - mib.leading_zeros()) as usize;
+        out[index.min(ROUNDUP_INTERVALS - 1)] = divisions;
+    }
+    out
+}
+
+pub(crate) fn decode(reader: &Reader<'_>, item: Item) -> Result<AllocatorSettings, SchemaErr> {
+    let mut settings = AllocatorSettings::default();
+    for &(k, v) in reader.dict(item)? {
+        let key = reader.key_name(k)?;
+        match key {
+            "PYTORCH_CUDA_ALLOC_CONF" => settings.pytorch_cuda_alloc_conf = Some(reader.str(v).at(key)?.to_owned()),
+            "max_split_size" => settings.max_split_size = Some(reader.i64(v).at(key)?),
+            "garbage_collection_threshold" => settings.garbage_collection_threshold = Some(reader.f64(v).at(key)?),
+            "expandable_segments" => settings.expandable_segments = Some(reader.bool(v).at(key)?),
+            "pinned_num_register_threads" => settings.pinned_num_register_threads = Some(reader.u64(v).at(key)?),
+            "release_lock_on_cudamalloc" => settings.release_lock_on_cudamalloc = Some(reader.bool(v).at(key)?),
+            "pinned_use_cuda_host_register" => settings.pinned_use_cuda_host_register = Some(reader.bool(v).at(key)?),
+            "graph_capture_record_stream_reuse" => {
+                settings.graph_capture_record_stream_reuse = Some(reader.bool(v).at(key)?);
+            }
+            "roundup_power2_divisions" => settings.roundup_power2_divisions = Some(divisions(reader, v).at(key)?),
+            _ => settings.other.push((key.to_owned(), reader.value(v).at(key)?)),
+        }
+    }
+    Ok(settings)
+}
+
+fn divisions(reader: &Reader<'_>, item: Item) -> Result<BTreeMap<u64, u64>, SchemaErr> {
+    let mut table = BTreeMap::new();
+    for &(k, v) in reader.dict(item)? {
+        let key = reader.key_name(k)?;
+        let mib: u64 = key
+            .parse()
+            .map_err(|_| SchemaErr::new("a size class in MiB (\"1\", \"2\", ..., \"32768\")", format!("{key:?}")).key(key))?;
+        table.insert(mib, reader.u64(v).at(key)?);
+    }
+    Ok(table)
+}
+
+pub(crate) fn encode(enc: &mut Encoder<'_>, settings: &AllocatorSettings) -> Value {
+    let mut pairs = Vec::new();
+    if let Some(conf) = &settings.pytorch_cuda_alloc_conf {
+        pairs.push((enc.key("PYTORCH_CUDA_ALLOC_CONF"), Value::str(conf)));
+    }
+    if let Some(n) = settings.max_split_size {
+        pairs.push((enc.key("max_split_size"), Value::Int(n)));
+    }
+    if let Some(x) = settings.garbage_collection_threshold {
+        pairs.push((enc.key("garbage_collection_threshold"), Value::Float(x)));
+    }
+    if let Some(b) = settings.expandable_segments {
+        pairs.push((enc.key("expandable_segments"), Value::Bool(b)));
+    }
+    if let Some(n) = settings.pinned_num_register_threads {
+        pairs.push((enc.key("pinned_num_register_threads"), Value::int(i128::from(n))));
+    }
+    if let Some(b) = settings.release_lock_on_cudamalloc {
+        pairs.push((enc.key("release_lock_on_cudamalloc"), Value::Bool(b)));
+    }
+    if let Some(b) = settings.pinned_use_cuda_host_register {
+        pairs.push((enc.key("pinned_use_cuda_host_register"), Value::Bool(b)));
+    }
+    if let Some(b) = settings.graph_capture_record_stream_reuse {
+        pairs.push((enc.key("graph_capture_record_stream_reuse"), Value::Bool(b)));
+    }
+    if let Some(table) = &settings.roundup_power2_divisions {
+        let table = table.iter().map(|(mib, n)| (Value::str(&mib.to_string()), Value::int(i128::from(*n)))).collect();
+        pairs.push((enc.key("roundup_power2_divisions"), Value::dict(table)));
+    }
+    for (key, value) in &settings.other {
+        pairs.push((Value::str(key), value.clone()));
+    }
+    Value::dict(pairs)
+}

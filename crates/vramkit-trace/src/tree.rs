@@ -1,0 +1,379 @@
+//! The parsed document both readers produce and the schema decoder reads.
+//!
+//! An arena: containers, strings, floats and wide ints are nodes in one
+//! `Vec`, and an [`Item`] (8 bytes) is either a small scalar or a node
+//! index. A pickle memo reference is just a copy of an `Item`, so an object
+//! shared 100k times is one node, and containers can still be filled after
+//! they were memoized (as pickles do: `EMPTY_LIST`, `MEMOIZE`, then
+//! `APPENDS`). The items of most containers live back to back in two shared
+//! buffers rather than in a `Vec` each, which keeps parsing cache-friendly.
+//! Nothing here recurses except [`Tree::freeze`], which is depth-limited (a
+//! pickle can build cycles).
+
+use crate::pickle::value::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Index of a node in [`Tree::nodes`].
+pub(crate) type NodeId = usize;
+
+/// Deepest nesting [`Tree::freeze`] follows.
+pub(crate) const MAX_DEPTH: usize = 200;
+
+const TAG_BITS: u32 = 3;
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+const TAG_NONE: u64 = 0;
+const TAG_BOOL: u64 = 1;
+const TAG_INT: u64 = 2;
+const TAG_NODE: u64 = 3;
+const TAG_UNSET: u64 = 7;
+
+/// A scalar, or a reference to a node, packed in 8 bytes: a 3-bit tag and
+/// a payload (ints of up to 61 bits inline; wider ints and floats are
+/// nodes). Equality is identity: nodes compare by index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Item(u64);
+
+/// What an [`Item`] holds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Kind {
+    None,
+    Bool(bool),
+    Int(i64),
+    Node(NodeId),
+}
+
+impl Item {
+    pub(crate) const NONE: Item = Item(TAG_NONE);
+    /// Marks an empty memo slot; never on the stack or in a container.
+    pub(crate) const UNSET: Item = Item(TAG_UNSET);
+
+    pub(crate) const fn bool(b: bool) -> Item {
+        Item(((b as u64) << TAG_BITS) | TAG_BOOL)
+    }
+
+    /// An int stored inline, if it fits in 61 bits.
+    pub(crate) fn small_int(n: i64) -> Option<Item> {
+        let packed = n.wrapping_shl(TAG_BITS);
+        (packed >> TAG_BITS == n).then_some(Item(packed as u64 | TAG_INT))
+    }
+
+    pub(crate) const fn node(id: NodeId) -> Item {
+        Item(((id as u64) << TAG_BITS) | TAG_NODE)
+    }
+
+    pub(crate) fn kind(self) -> Kind {
+        match self.0 & TAG_MASK {
+            TAG_BOOL => Kind::Bool(self.0 >> TAG_BITS != 0),
+            TAG_INT => Kind::Int((self.0 as i64) >> TAG_BITS),
+            TAG_NODE => Kind::Node((self.0 >> TAG_BITS) as NodeId),
+            _ => Kind::None,
+        }
+    }
+
+    pub(crate) fn node_id(self) -> Option<NodeId> {
+        match self.kind() {
+            Kind::Node(id) => Some(id),
+            _ => None,
+        }
+    }
+}
+
+/// The items of a list or tuple, or the pairs of a dict: a range of one of
+/// the tree's shared buffers, or a vector of its own once it was extended
+/// after other containers were filled.
+#[derive(Debug)]
+pub(crate) enum Store<T> {
+    Range { start: usize, len: usize },
+    Owned(Vec<T>),
+}
+
+impl<T> Store<T> {
+    pub(crate) const EMPTY: Store<T> = Store::Range { start: 0, len: 0 };
+
+    fn get<'a>(&'a self, buffer: &'a [T]) -> &'a [T] {
+        match self {
+            Store::Range { start, len } => buffer.get(*start..*start + *len).unwrap_or_default(),
+            Store::Owned(items) => items,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Store::Range { len, .. } => *len,
+            Store::Owned(items) => items.len(),
+        }
+    }
+}
+
+/// Appends `new` to `store`, keeping it a range of `buffer` when it is
+/// empty or already ends the buffer.
+fn extend_store<T: Copy>(store: &mut Store<T>, buffer: &mut Vec<T>, new: impl Iterator<Item = T>) {
+    match store {
+        Store::Range { start, len } if *len == 0 || *start + *len == buffer.len() => {
+            if *len == 0 {
+                *start = buffer.len();
+            }
+            buffer.extend(new);
+            *len = buffer.len() - *start;
+        }
+        Store::Range { start, len } => {
+            let mut owned = buffer[*start..*start + *len].to_vec();
+            owned.extend(new);
+            *store = Store::Owned(owned);
+        }
+        Store::Owned(items) => items.extend(new),
+    }
+}
+
+/// A value that needs storage of its own.
+#[derive(Debug)]
+pub(crate) enum Node {
+    /// Only for ints that do not fit an [`Item`].
+    Int(i128),
+    Float(f64),
+    /// A range of [`Tree::text`].
+    Str { start: usize, len: usize },
+    List(Store<Item>),
+    Tuple(Store<Item>),
+    Dict(Store<(Item, Item)>),
+}
+
+/// A whole document.
+#[derive(Debug, Default)]
+pub(crate) struct Tree {
+    pub(crate) nodes: Vec<Node>,
+    /// The text of every str node, back to back.
+    text: String,
+    /// Items of lists and tuples stored as ranges.
+    items: Vec<Item>,
+    /// Pairs of dicts stored as ranges.
+    pairs: Vec<(Item, Item)>,
+}
+
+impl Tree {
+    /// An empty tree with room for what a pickle of `input_bytes` usually
+    /// holds (a guess from real snapshots; the buffers still grow as needed).
+    pub(crate) fn with_capacity_for(input_bytes: usize) -> Tree {
+        Tree {
+            nodes: Vec::with_capacity(input_bytes / 48),
+            text: String::with_capacity(input_bytes / 8),
+            items: Vec::with_capacity(input_bytes / 4),
+            pairs: Vec::with_capacity(input_bytes / 48),
+        }
+    }
+
+    pub(crate) fn push(&mut self, node: Node) -> Item {
+        self.nodes.push(node);
+        Item::node(self.nodes.len() - 1)
+    }
+
+    pub(crate) fn push_str(&mut self, s: &str) -> Item {
+        let start = self.text.len();
+        self.text.push_str(s);
+        self.push(Node::Str { start, len: s.len() })
+    }
+
+    pub(crate) fn int(&mut self, n: i128) -> Item {
+        match i64::try_from(n).ok().and_then(Item::small_int) {
+            Some(item) => item,
+            None => self.push(Node::Int(n)),
+        }
+    }
+
+    pub(crate) fn float(&mut self, x: f64) -> Item {
+        self.push(Node::Float(x))
+    }
+
+    /// A new list or tuple holding `items`.
+    pub(crate) fn push_seq(&mut self, tuple: bool, items: impl Iterator<Item = Item>) -> Item {
+        let start = self.items.len();
+        self.items.extend(items);
+        let store = Store::Range { start, len: self.items.len() - start };
+        self.push(if tuple { Node::Tuple(store) } else { Node::List(store) })
+    }
+
+    /// A new dict holding `pairs`.
+    pub(crate) fn push_dict(&mut self, pairs: impl Iterator<Item = (Item, Item)>) -> Item {
+        let start = self.pairs.len();
+        self.pairs.extend(pairs);
+        self.push(Node::Dict(Store::Range { start, len: self.pairs.len() - start }))
+    }
+
+    /// Appends to list `id`; false if it is not a list.
+    pub(crate) fn extend_list(&mut self, id: NodeId, new: impl Iterator<Item = Item>) -> bool {
+        match self.nodes.get_mut(id) {
+            Some(Node::List(store)) => {
+                extend_store(store, &mut self.items, new);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Adds pairs to dict `id`; false if it is not a dict.
+    pub(crate) fn extend_dict(&mut self, id: NodeId, new: impl Iterator<Item = (Item, Item)>) -> bool {
+        match self.nodes.get_mut(id) {
+            Some(Node::Dict(store)) => {
+                extend_store(store, &mut self.pairs, new);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) fn node(&self, item: Item) -> Option<&Node> {
+        item.node_id().and_then(|id| self.nodes.get(id))
+    }
+
+    fn text(&self, start: usize, len: usize) -> &str {
+        self.text.get(start..start + len).unwrap_or_default()
+    }
+
+    pub(crate) fn as_str(&self, item: Item) -> Option<&str> {
+        match self.node(item) {
+            Some(&Node::Str { start, len }) => Some(self.text(start, len)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_dict(&self, item: Item) -> Option<&[(Item, Item)]> {
+        match self.node(item) {
+            Some(Node::Dict(store)) => Some(store.get(&self.pairs)),
+            _ => None,
+        }
+    }
+
+    /// A list's items (a tuple's too: JSON has no tuples).
+    pub(crate) fn as_seq(&self, item: Item) -> Option<&[Item]> {
+        match self.node(item) {
+            Some(Node::List(store) | Node::Tuple(store)) => Some(store.get(&self.items)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_i128(&self, item: Item) -> Option<i128> {
+        match item.kind() {
+            Kind::Int(n) => Some(i128::from(n)),
+            Kind::Node(_) => match self.node(item) {
+                Some(Node::Int(n)) => Some(*n),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_f64(&self, item: Item) -> Option<f64> {
+        match self.node(item) {
+            Some(Node::Float(x)) => Some(*x),
+            _ => None,
+        }
+    }
+
+    /// A short description for error messages: the type and a glimpse.
+    pub(crate) fn describe(&self, item: Item) -> String {
+        match item.kind() {
+            Kind::None => "None".to_owned(),
+            Kind::Bool(b) => format!("a bool ({})", if b { "True" } else { "False" }),
+            Kind::Int(n) => format!("an int ({n})"),
+            Kind::Node(_) => match self.node(item) {
+                Some(Node::Int(n)) => format!("an int ({n})"),
+                Some(Node::Float(x)) => format!("a float ({x:?})"),
+                Some(&Node::Str { start, len }) => {
+                    let s = self.text(start, len);
+                    let glimpse: String = s.chars().take(40).collect();
+                    let more = if glimpse.len() < s.len() { "..." } else { "" };
+                    format!("a str ({glimpse:?}{more})")
+                }
+                Some(Node::List(store)) => format!("a list of {} items", store.len()),
+                Some(Node::Tuple(store)) => format!("a tuple of {} items", store.len()),
+                Some(Node::Dict(store)) => format!("a dict of {} keys", store.len()),
+                None => "a dangling reference".to_owned(),
+            },
+        }
+    }
+
+    /// An owned copy of `item`. Shared nodes stay shared (one `Arc`).
+    /// Fails on nesting deeper than [`MAX_DEPTH`], which includes cycles.
+    pub(crate) fn freeze(&self, item: Item) -> Result<Value, TooDeep> {
+        let mut done = HashMap::new();
+        self.freeze_in(item, 0, &mut done)
+    }
+
+    fn freeze_in(&self, item: Item, depth: usize, done: &mut HashMap<NodeId, Value>) -> Result<Value, TooDeep> {
+        let id = match item.kind() {
+            Kind::None => return Ok(Value::None),
+            Kind::Bool(b) => return Ok(Value::Bool(b)),
+            Kind::Int(n) => return Ok(Value::Int(n)),
+            Kind::Node(id) => id,
+        };
+        if let Some(value) = done.get(&id) {
+            return Ok(value.clone());
+        }
+        if depth >= MAX_DEPTH {
+            return Err(TooDeep);
+        }
+        let value = match self.nodes.get(id) {
+            None => Value::None,
+            Some(Node::Int(n)) => Value::int(*n),
+            Some(Node::Float(x)) => Value::Float(*x),
+            Some(&Node::Str { start, len }) => Value::Str(Arc::from(self.text(start, len))),
+            Some(Node::List(store)) => Value::List(self.freeze_all(store.get(&self.items), depth, done)?),
+            Some(Node::Tuple(store)) => Value::Tuple(self.freeze_all(store.get(&self.items), depth, done)?),
+            Some(Node::Dict(store)) => {
+                let pairs = store.get(&self.pairs);
+                let mut out = Vec::with_capacity(pairs.len());
+                for &(k, v) in pairs {
+                    out.push((self.freeze_in(k, depth + 1, done)?, self.freeze_in(v, depth + 1, done)?));
+                }
+                Value::Dict(Arc::from(out))
+            }
+        };
+        done.insert(id, value.clone());
+        Ok(value)
+    }
+
+    fn freeze_all(&self, items: &[Item], depth: usize, done: &mut HashMap<NodeId, Value>) -> Result<Arc<[Value]>, TooDeep> {
+        items.iter().map(|&i| self.freeze_in(i, depth + 1, done)).collect()
+    }
+}
+
+/// A fast non-cryptographic hasher for the reader's caches (keys are
+/// node indices from our own arena, so hash flooding is not a concern).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FxHasher {
+    hash: u64,
+}
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// A `HashMap` with [`FxHasher`].
+pub(crate) type FxHashMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
+
+/// [`Tree::freeze`] met nesting deeper than [`MAX_DEPTH`] (or a cycle).
+#[derive(Debug)]
+pub(crate) struct TooDeep;

@@ -1,0 +1,39 @@
+//! Paths to the real traces shipped in `data/traces/`.
+
+use std::path::PathBuf;
+
+/// `data/traces/` at the repository root.
+pub fn traces_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/traces")
+}
+
+/// Every real pickle, sorted by name.
+pub fn snapshot_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(traces_dir().join("pytorch_snapshots"))
+        .expect("data/traces/pytorch_snapshots exists")
+        .map(|entry| entry.expect("readable dir entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "pickle"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 9, "expected the 9 real snapshots, found {}", files.len());
+    files
+}
+
+/// The largest real pickle.
+pub fn largest_snapshot() -> PathBuf {
+    snapshot_files()
+        .into_iter()
+        .max_by_key(|path| std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
+        .expect("at least one snapshot")
+}
+
+/// `EXPECTED.json`, computed independently with CPython.
+pub fn expected() -> serde_json::Value {
+    let text = std::fs::read_to_string(traces_dir().join("EXPECTED.json")).expect("EXPECTED.json");
+    serde_json::from_str(&text).expect("EXPECTED.json parses")
+}
+
+/// A fresh temporary path (the test process id and a tag keep them apart).
+pub fn temp_path(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("vramkit-trace-{}-{tag}", std::process::id()))
+}

@@ -1,0 +1,11 @@
+//! Integration tests of vramkit-trace (one binary; one module per topic).
+
+mod common;
+mod expected;
+mod json;
+mod pickle_read;
+mod pickle_write;
+mod rmm;
+mod robustness;
+mod roundtrip;
+mod schema;
