@@ -23,7 +23,7 @@ pub mod trace;
 pub mod verify;
 pub mod window;
 
-pub use metrics::{Metrics, Sample};
+pub use metrics::{stats_from_segments, Metrics, Sample};
 pub use model::{model_replay, ModelOptions};
 pub use oracle::oracle_replay;
 pub use trace::DeviceTrace;

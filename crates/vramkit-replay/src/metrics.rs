@@ -129,3 +129,60 @@ impl Timeline {
         self.bucket.clear();
     }
 }
+
+/// `memory_stats()` as the snapshot's segments describe it: current values
+/// only (peaks equal them; totals count the state as allocated).
+pub fn stats_from_segments(segments: &[vramkit_core::SegmentInfo], max_split_size: Option<u64>) -> vramkit_core::DeviceStats {
+    use vramkit_core::{BlockState, DeviceStats, PoolKind, Stat, StatArray};
+    let mut st = DeviceStats { max_split_size: max_split_size.map_or(-1, |b| b as i64), ..DeviceStats::default() };
+    let limit = max_split_size.unwrap_or(u64::MAX);
+    fn add(a: &mut StatArray, kind: PoolKind, v: u64) {
+        let v = v as i64;
+        let bump = |s: &mut Stat| {
+            s.current += v;
+            s.peak += v;
+            s.allocated += v;
+        };
+        bump(&mut a.all);
+        match kind {
+            PoolKind::Small => bump(&mut a.small_pool),
+            PoolKind::Large => bump(&mut a.large_pool),
+        }
+    }
+    for s in segments {
+        let k = s.segment_type;
+        add(&mut st.reserved_bytes, k, s.total_size);
+        if !s.is_expandable {
+            add(&mut st.segment, k, 1);
+            if s.total_size >= limit {
+                st.oversize_segments.current += 1;
+                st.oversize_segments.peak += 1;
+                st.oversize_segments.allocated += 1;
+            }
+        }
+        for b in &s.blocks {
+            match b.state {
+                BlockState::ActiveAllocated | BlockState::ActivePendingFree => {
+                    if b.state == BlockState::ActiveAllocated {
+                        add(&mut st.allocation, k, 1);
+                        add(&mut st.allocated_bytes, k, b.size);
+                        if b.size >= limit {
+                            st.oversize_allocations.current += 1;
+                            st.oversize_allocations.peak += 1;
+                            st.oversize_allocations.allocated += 1;
+                        }
+                    }
+                    add(&mut st.active, k, 1);
+                    add(&mut st.active_bytes, k, b.size);
+                    add(&mut st.requested_bytes, k, b.requested_size);
+                }
+                BlockState::Inactive if s.blocks.len() > 1 && !s.is_expandable => {
+                    add(&mut st.inactive_split, k, 1);
+                    add(&mut st.inactive_split_bytes, k, b.size);
+                }
+                BlockState::Inactive => {}
+            }
+        }
+    }
+    st
+}

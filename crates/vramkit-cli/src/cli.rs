@@ -1,0 +1,85 @@
+//! The command line, as clap sees it.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// vramkit: PyTorch's CUDA caching allocator, simulated, for memory snapshots.
+///
+/// Record a snapshot in PyTorch with
+/// `torch.cuda.memory._record_memory_history()` and
+/// `torch.cuda.memory._dump_snapshot("snap.pickle")`, then ask vramkit about it.
+#[derive(Parser, Debug)]
+#[command(name = "vramkit", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print PyTorch's memory_summary() table for the snapshot's state.
+    Summary(SummaryArgs),
+    /// Replay the trace under any PYTORCH_CUDA_ALLOC_CONF and report peak memory.
+    Replay(ReplayArgs),
+    /// Check that vramkit's allocator makes every decision PyTorch made in the trace.
+    Verify(VerifyArgs),
+    /// Convert a snapshot between pickle and JSON (both open in pytorch.org/memory_viz).
+    Convert(ConvertArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SummaryArgs {
+    /// A snapshot: pickle (any protocol) or JSON.
+    pub snapshot: PathBuf,
+    /// Print memory_stats() as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Leave out the per-pool rows (memory_summary(abbreviated=True)).
+    #[arg(long)]
+    pub abbreviated: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// A snapshot recorded with _record_memory_history(): pickle or JSON.
+    pub snapshot: PathBuf,
+    /// Settings to replay under, in PYTORCH_CUDA_ALLOC_CONF syntax, e.g.
+    /// "max_split_size_mb:128,expandable_segments:True". Default: the
+    /// settings the snapshot was recorded with.
+    #[arg(long)]
+    pub conf: Option<String>,
+    /// Device memory the allocator may use, e.g. 24GiB, 512MiB or plain
+    /// bytes; the replay reports the first allocation that would not fit.
+    /// Default: the capacity the trace implies when it shows refusals or an
+    /// out-of-memory error, else unlimited.
+    #[arg(long)]
+    pub capacity: Option<String>,
+    /// Follow the trace's own placement (what PyTorch did) instead of
+    /// letting vramkit's allocator decide.
+    #[arg(long)]
+    pub oracle: bool,
+    /// Print one JSON object (or {"devices": [...]} for several devices).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// A snapshot recorded with _record_memory_history(): pickle or JSON.
+    pub snapshot: PathBuf,
+    /// Print one JSON object (or {"devices": [...]}).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// The snapshot to read (pickle or JSON, detected from its content).
+    pub input: PathBuf,
+    /// Where to write. The format follows the extension (.json, or .pickle /
+    /// .pkl for pickle protocol 4) unless --to says otherwise.
+    pub output: PathBuf,
+    /// Output format: json or pickle.
+    #[arg(long, value_parser = ["json", "pickle"])]
+    pub to: Option<String>,
+}

@@ -1,0 +1,3 @@
+//! End-to-end tests of the `vramkit` binary on the real traces in `data/traces`.
+
+mod commands;
