@@ -195,7 +195,7 @@ impl<'t> Reader<'t> {
 
     pub(crate) fn u64(&self, item: Item) -> Result<u64, SchemaErr> {
         match item.kind() {
-            Kind::Int(n) => u64::try_from(n).map_err(|_| self.wrong("a non-negative int", item)),
+            Kind::Int(n) => u64::try_from(n).map_err(|_| self.wrong("a non-negative int below 2^64", item)),
             _ => self
                 .tree
                 .as_i128(item)
@@ -297,7 +297,7 @@ impl<'t> Reader<'t> {
         let mut history = Vec::new();
         if self.tree.as_seq(root).is_some() {
             file.format = SnapshotFormat::SegmentList;
-            file.snapshot.segments = self.segments(root, &mut history).at("<segments list>")?;
+            file.snapshot.segments = self.segments(root, &mut history)?;
         } else {
             let pairs = self.tree.as_dict(root).ok_or_else(|| self.wrong("a dict or a list of segments", root))?;
             let mut segments = None;

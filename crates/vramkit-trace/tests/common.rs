@@ -19,14 +19,6 @@ pub fn snapshot_files() -> Vec<PathBuf> {
     files
 }
 
-/// The largest real pickle.
-pub fn largest_snapshot() -> PathBuf {
-    snapshot_files()
-        .into_iter()
-        .max_by_key(|path| std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
-        .expect("at least one snapshot")
-}
-
 /// `EXPECTED.json`, computed independently with CPython.
 pub fn expected() -> serde_json::Value {
     let text = std::fs::read_to_string(traces_dir().join("EXPECTED.json")).expect("EXPECTED.json");

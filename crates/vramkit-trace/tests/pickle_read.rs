@@ -54,7 +54,7 @@ fn small_opcodes() {
     data.extend_from_slice(&[b'K', 7, 0x85, b'a']); // (7,)
     data.extend_from_slice(&[b'K', 1, b'K', 2, 0x86, b'a']); // (1, 2)
     data.extend_from_slice(&[b'K', 1, b'K', 2, b'K', 3, 0x87, b'a']); // (1, 2, 3)
-    data.extend_from_slice(&[b')', b'a']); // ()
+    data.extend_from_slice(b")a"); // ()
     data.extend_from_slice(&[0x8a, 1, 0xff, b'a']); // -1
     data.extend_from_slice(&[0x8b, 2, 0, 0, 0, 0x00, 0x01, b'a']); // 256 via LONG4
     data.extend_from_slice(&[0x8d, 2, 0, 0, 0, 0, 0, 0, 0, b'h', b'i', b'a']); // 'hi' via BINUNICODE8

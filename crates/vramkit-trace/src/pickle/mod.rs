@@ -1,6 +1,6 @@
 //! Python pickles of plain data: an unpickler that never executes anything
-//! ([`read`]) and a writer that emits only what the pytorch.org/memory_viz
-//! viewer accepts ([`write`]).
+//! ([`read`](mod@read)) and a writer that emits only what the pytorch.org/memory_viz
+//! viewer accepts ([`write`](mod@write)).
 
 pub mod read;
 pub mod value;
