@@ -16,7 +16,7 @@
 //! - An `oom` is the failed request, asked again.
 
 use crate::releases::{is_empty_cache_call, ReleaseRun};
-use std::collections::{HashMap, HashSet};
+use crate::AddrMap;
 use vramkit_core::{CachingAllocator, DeviceAddr, Error, StreamId, TraceAction, TraceEntry};
 use vramkit_sim::SimDevice;
 
@@ -38,11 +38,11 @@ pub(crate) struct Driver<'a> {
     events: &'a [TraceEntry],
     runs: Vec<(usize, ReleaseRun)>,
     /// `free_completed` entries the model's own synchronisation accounts for.
-    by_sync: HashSet<usize>,
+    by_sync: Vec<bool>,
     /// Recorded address -> model address (`None`: the model failed it).
-    addr: HashMap<u64, Option<u64>>,
+    addr: AddrMap<Option<u64>>,
     /// Held blocks: recorded address -> the stream of their pending event.
-    holds: HashMap<u64, StreamId>,
+    holds: AddrMap<StreamId>,
     /// Held blocks whose `free_completed` was left to a synchronisation
     /// that may not come: completed after the next `malloc`.
     overdue: Vec<StreamId>,
@@ -69,7 +69,7 @@ impl<'a> Driver<'a> {
         // they been free at the search and fit, there would have been no
         // new segment. Only entries directly before an `alloc` served from
         // the cache are completed at once.
-        let mut by_sync = HashSet::new();
+        let mut by_sync = vec![false; events.len()];
         for (start, e) in events.iter().enumerate() {
             let ladder_sign = matches!(
                 e.action,
@@ -81,10 +81,10 @@ impl<'a> Driver<'a> {
             let mut k = start;
             while k > 0 && events[k - 1].action == TraceAction::FreeCompleted {
                 k -= 1;
-                by_sync.insert(k);
+                by_sync[k] = true;
             }
         }
-        Driver { events, runs, by_sync, addr: HashMap::new(), holds: HashMap::new(), overdue: Vec::new(), next_hold: 0 }
+        Driver { events, runs, by_sync, addr: AddrMap::default(), holds: AddrMap::default(), overdue: Vec::new(), next_hold: 0 }
     }
 
     fn model_addr(&self, recorded: u64) -> Option<u64> {
@@ -123,7 +123,7 @@ impl<'a> Driver<'a> {
             }
             TraceAction::FreeCompleted => {
                 if let Some(stream) = self.holds.remove(&e.addr) {
-                    if self.by_sync.contains(&i) {
+                    if self.by_sync[i] {
                         self.overdue.push(stream);
                     } else {
                         model.device_mut().complete_stream(stream);

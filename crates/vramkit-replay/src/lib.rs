@@ -27,6 +27,9 @@ pub use metrics::{stats_from_segments, Metrics, Sample};
 pub use model::{model_replay, ModelOptions};
 pub use oracle::oracle_replay;
 pub use trace::DeviceTrace;
+
+/// A hash map keyed by device addresses (512-byte aligned), with a cheap hash.
+pub(crate) type AddrMap<V> = std::collections::HashMap<u64, V, std::hash::BuildHasherDefault<vramkit_core::AddrHasher>>;
 pub use verify::{verify, verify_with_capacity, Divergence, VerifyReport};
 pub use window::{rebuild_start, StartState, WindowError};
 

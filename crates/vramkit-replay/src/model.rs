@@ -12,7 +12,7 @@ use crate::trace::DeviceTrace;
 use crate::verify::start_model;
 use crate::window::rebuild_start;
 use crate::ReplayError;
-use std::collections::HashMap;
+use crate::AddrMap;
 use vramkit_core::{AllocatorConfig, Error, TraceAction};
 use vramkit_sim::SimDevice;
 
@@ -60,8 +60,8 @@ pub fn model_replay(trace: &DeviceTrace, options: &ModelOptions) -> Result<Metri
     let mut timeline = Timeline::new(m.events, options.timeline_points);
     let mut driver = Driver::new(&trace.events, runs);
     driver.adopt_pending(&mut model);
-    let mut live_requested: HashMap<u64, u64> = HashMap::new();
-    let mut failed: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    let mut live_requested: AddrMap<u64> = AddrMap::default();
+    let mut failed: AddrMap<()> = AddrMap::default();
     let mut peak_reserved = 0i64;
     let mut largest_at_peak = 0u64;
     for (i, e) in trace.events.iter().enumerate() {
@@ -71,13 +71,13 @@ pub fn model_replay(trace: &DeviceTrace, options: &ModelOptions) -> Result<Metri
                 lower.add(e.size);
             }
             Step::Alloc(Err(Error::OutOfMemory(_))) => {
-                failed.insert(e.addr);
+                failed.insert(e.addr, ());
                 m.oom_count += 1;
                 m.first_oom_event.get_or_insert(i as u64);
             }
             Step::Alloc(Err(other)) => return Err(ReplayError::Model(other.to_string())),
             _ => {
-                if e.action == TraceAction::FreeCompleted && !failed.remove(&e.addr) {
+                if e.action == TraceAction::FreeCompleted && failed.remove(&e.addr).is_none() {
                     lower.remove(live_requested.remove(&e.addr).unwrap_or(e.size));
                 }
             }

@@ -93,11 +93,17 @@ pub fn classify_with_capacity(
     known_capacity: Option<u64>,
 ) -> (Vec<(usize, ReleaseRun)>, Option<u64>) {
     use vramkit_core::rounding::{get_allocation_size, round_size};
+    let mut runs = classify_release_runs(events);
+    // Reserved bytes before each run's first entry, and the highest level.
     let mut reserved = start_reserved;
-    let mut reserved_before = vec![0u64; events.len() + 1];
+    let mut reserved_before = Vec::with_capacity(runs.len());
     let mut max_reserved = reserved;
+    let mut next_run = runs.iter().map(|r| r.0).peekable();
     for (i, e) in events.iter().enumerate() {
-        reserved_before[i] = reserved;
+        if next_run.peek() == Some(&i) {
+            reserved_before.push(reserved);
+            next_run.next();
+        }
         match e.action {
             TraceAction::SegmentAlloc | TraceAction::SegmentMap => reserved += e.size,
             TraceAction::SegmentFree | TraceAction::SegmentUnmap => reserved = reserved.saturating_sub(e.size),
@@ -112,9 +118,8 @@ pub fn classify_with_capacity(
         Some(c) => c,
         None => max_reserved,
     };
-    let mut runs = classify_release_runs(events);
     let mut refused = events.iter().any(|e| e.action == TraceAction::Oom);
-    for (start, kind) in runs.iter_mut() {
+    for ((start, kind), &before) in runs.iter_mut().zip(&reserved_before) {
         if *kind != ReleaseRun::RetryLadder {
             continue;
         }
@@ -123,7 +128,7 @@ pub fn classify_with_capacity(
             let rounded = if e.action == TraceAction::Oom { e.size } else { round_size(e.size, &config.roundup_power2_divisions) };
             get_allocation_size(rounded, config.large_segment_size_bytes)
         });
-        if reserved_before[*start] + alloc_size <= limit {
+        if before + alloc_size <= limit {
             *kind = ReleaseRun::EmptyCache;
         } else {
             refused = true;

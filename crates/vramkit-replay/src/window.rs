@@ -18,7 +18,8 @@
 //!   are always merged).
 
 use crate::trace::DeviceTrace;
-use std::collections::{BTreeMap, HashMap};
+use crate::AddrMap;
+use std::collections::BTreeMap;
 use vramkit_core::rounding::{round_size, PoolKind, LARGE_SPLIT_REMAINDER, SMALL_BUFFER};
 use vramkit_core::{AllocatorConfig, BlockInfo, BlockState, Frames, SegmentInfo, TraceAction};
 
@@ -88,7 +89,7 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
     }
 
     // Segments at the start.
-    let mut first_segment_event: HashMap<u64, (TraceAction, u64, u64)> = HashMap::new();
+    let mut first_segment_event: AddrMap<(TraceAction, u64, u64)> = AddrMap::default();
     for e in &trace.events {
         if matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentFree) {
             first_segment_event.entry(e.addr).or_insert((e.action, e.size, e.stream));
@@ -118,8 +119,8 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
     }
 
     // Blocks live at the start.
-    let mut first_block_event: HashMap<u64, (TraceAction, usize)> = HashMap::new();
-    let mut first_completed: HashMap<u64, usize> = HashMap::new();
+    let mut first_block_event: AddrMap<(TraceAction, usize)> = AddrMap::default();
+    let mut first_completed: AddrMap<usize> = AddrMap::default();
     for (i, e) in trace.events.iter().enumerate() {
         match e.action {
             TraceAction::Alloc | TraceAction::FreeRequested => {
@@ -266,7 +267,7 @@ fn segment_info(device: i64, seg: &StartSegment, blocks: Vec<BlockInfo>) -> Segm
 
 /// Allocations never freed in the trace whose blocks are not active at the end.
 fn cut_frees(trace: &DeviceTrace) -> Vec<u64> {
-    let mut open: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut open: AddrMap<usize> = AddrMap::default();
     for (i, e) in trace.events.iter().enumerate() {
         match e.action {
             TraceAction::Alloc => {
@@ -278,14 +279,14 @@ fn cut_frees(trace: &DeviceTrace) -> Vec<u64> {
             _ => {}
         }
     }
-    let active_at_end: std::collections::HashSet<u64> = trace
+    let active_at_end: AddrMap<()> = trace
         .end_segments
         .iter()
         .flat_map(|s| s.blocks.iter())
         .filter(|b| b.state.is_active())
-        .map(|b| b.address)
+        .map(|b| (b.address, ()))
         .collect();
-    let mut cut: Vec<(usize, u64)> = open.into_iter().filter(|(a, _)| !active_at_end.contains(a)).map(|(a, i)| (i, a)).collect();
+    let mut cut: Vec<(usize, u64)> = open.into_iter().filter(|(a, _)| !active_at_end.contains_key(a)).map(|(a, i)| (i, a)).collect();
     cut.sort_unstable();
     cut.into_iter().map(|(_, a)| a).collect()
 }
