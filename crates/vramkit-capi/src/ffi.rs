@@ -8,11 +8,11 @@
 use crate::panic::boundary;
 use crate::registry::{registry, select_backend, Registry};
 use crate::settings::Backend;
-use crate::{report, Error};
+use crate::{process, report, Error};
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Mutex, PoisonError};
-use vramkit_core::{memory_summary, ContextLevel, DeviceAddr, HistoryConfig, StreamId, SummaryLayout};
+use vramkit_core::{DeviceAddr, StreamId};
 
 /// Strings handed out and not yet given back to `vramkit_free_string`, by
 /// address, so that freeing anything else is refused instead of undefined.
@@ -225,16 +225,13 @@ pub unsafe extern "C" fn vramkit_set_settings(settings: *const c_char) -> c_int 
 #[no_mangle]
 pub extern "C" fn vramkit_memory_stats(device: c_int) -> *mut c_char {
     boundary("vramkit_memory_stats", || {
-        let registry = registry();
-        if let Err(error) = Registry::check_index(device) {
-            report::error("vramkit_memory_stats", &error);
-            return std::ptr::null_mut();
+        match process::memory_stats(device) {
+            Ok(stats) => hand_out(serde_json::to_string(&stats).expect("a map of integers serialises")),
+            Err(error) => {
+                report::error("vramkit_memory_stats", &error);
+                std::ptr::null_mut()
+            }
         }
-        let stats = match registry.existing(device) {
-            Some(front) => front.memory_stats(),
-            None => registry.empty_stats().to_map(),
-        };
-        hand_out(serde_json::to_string(&stats).expect("a map of integers serialises"))
     })
 }
 
@@ -243,16 +240,13 @@ pub extern "C" fn vramkit_memory_stats(device: c_int) -> *mut c_char {
 #[no_mangle]
 pub extern "C" fn vramkit_memory_summary(device: c_int, abbreviated: c_int) -> *mut c_char {
     boundary("vramkit_memory_summary", || {
-        let registry = registry();
-        if let Err(error) = Registry::check_index(device) {
-            report::error("vramkit_memory_summary", &error);
-            return std::ptr::null_mut();
+        match process::memory_summary(device, abbreviated != 0) {
+            Ok(text) => hand_out(text),
+            Err(error) => {
+                report::error("vramkit_memory_summary", &error);
+                std::ptr::null_mut()
+            }
         }
-        let text = match registry.existing(device) {
-            Some(front) => front.memory_summary(abbreviated != 0),
-            None => memory_summary(&registry.empty_stats(), i64::from(device), abbreviated != 0, SummaryLayout::V2_0),
-        };
-        hand_out(text)
     })
 }
 
@@ -263,9 +257,7 @@ pub extern "C" fn vramkit_memory_summary(device: c_int, abbreviated: c_int) -> *
 #[no_mangle]
 pub extern "C" fn vramkit_snapshot() -> *mut c_char {
     boundary("vramkit_snapshot", || {
-        let registry = registry();
-        let snapshots: Vec<_> = registry.all_existing().map(|(d, front)| (d, front.snapshot())).collect();
-        hand_out(crate::snapshot_json::snapshot_json(&snapshots, &registry.config()))
+        hand_out(process::snapshot().to_string())
     })
 }
 
@@ -275,12 +267,7 @@ pub extern "C" fn vramkit_snapshot() -> *mut c_char {
 #[no_mangle]
 pub extern "C" fn vramkit_record_history(device: c_int, enabled: c_int, max_entries: usize) -> c_int {
     boundary("vramkit_record_history", || {
-        let config = (enabled != 0).then_some(HistoryConfig {
-            record_trace: true,
-            max_entries: if max_entries == 0 { usize::MAX } else { max_entries },
-            context: ContextLevel::Never,
-        });
-        match registry().device(device).and_then(|front| front.record_history(config)) {
+        match process::record_history(device, enabled != 0, (max_entries != 0).then_some(max_entries)) {
             Ok(()) => 0,
             Err(error) => {
                 report::error("vramkit_record_history", &error);

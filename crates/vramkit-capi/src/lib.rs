@@ -9,6 +9,7 @@
 mod error;
 pub mod ffi;
 mod panic;
+pub mod process;
 mod registry;
 mod report;
 pub mod settings;

@@ -127,6 +127,11 @@ impl Registry {
         })
     }
 
+    /// Where memory comes from.
+    pub(crate) fn backend(&self) -> Backend {
+        self.backend
+    }
+
     /// The settings devices are created with.
     pub(crate) fn config(&self) -> AllocatorConfig {
         self.config.lock().unwrap_or_else(PoisonError::into_inner).clone()

@@ -3,12 +3,13 @@
 //! checks a C boundary needs.
 //!
 //! The core trusts its caller; a C caller can pass anything. So the front
-//! end keeps, for each live block, the size and stream the caller asked
-//! for, and refuses (or reports) a free of an address it does not know, one
-//! already freed, or one with a wrong size, before the core sees it.
+//! end asks the core which blocks are live and what size each was asked
+//! for (`CachingAllocator::requested_size`), remembers recently freed
+//! addresses, and refuses (or reports) a free of an address it does not
+//! know, one already freed, or one with a wrong size, before the core acts.
 
 use crate::Error;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -17,7 +18,6 @@ use vramkit_core::{
     Snapshot, StreamId, SummaryLayout,
 };
 
-type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
 type AddrSet = HashSet<u64, BuildHasherDefault<AddrHasher>>;
 
 /// Addresses remembered as "freed" to tell a double free from a stranger;
@@ -25,19 +25,11 @@ type AddrSet = HashSet<u64, BuildHasherDefault<AddrHasher>>;
 /// address is then reported as an unknown pointer, still refused).
 const FREED_MEMORY_LIMIT: usize = 1 << 20;
 
-/// What the caller asked for when a live block was handed out.
-#[derive(Clone, Copy, Debug)]
-struct Live {
-    /// Bytes requested (not rounded), as `free` must pass them back.
-    size_bytes: u64,
-}
-
 #[derive(Debug)]
 struct State<D: Device> {
+    /// The live blocks are the core's allocated blocks; the size each was
+    /// asked for is its `requested_size`.
     allocator: CachingAllocator<D>,
-    /// Every block handed out and not yet freed, by address. Invariant: the
-    /// same key set as the core's allocated blocks.
-    live: AddrMap<Live>,
     /// Addresses handed out before and freed since (not live now).
     freed: AddrSet,
 }
@@ -70,7 +62,7 @@ impl<D: Device> SharedAllocator<D> {
         let allocator = CachingAllocator::new(device, config).with_device_index(i64::from(device_index));
         SharedAllocator {
             device_index,
-            state: Mutex::new(State { allocator, live: AddrMap::default(), freed: AddrSet::default() }),
+            state: Mutex::new(State { allocator, freed: AddrSet::default() }),
             boundary_errors: AtomicU64::new(0),
         }
     }
@@ -107,8 +99,6 @@ impl<D: Device> SharedAllocator<D> {
         let mut state = self.lock_for_change()?;
         let addr = state.allocator.malloc(size_bytes, stream)?;
         state.freed.remove(&addr.0);
-        let previous = state.live.insert(addr.0, Live { size_bytes });
-        debug_assert!(previous.is_none(), "the core handed out {addr} twice");
         Ok(addr)
     }
 
@@ -124,7 +114,7 @@ impl<D: Device> SharedAllocator<D> {
             return if size_bytes == 0 { Ok(()) } else { Err(self.misuse(Error::NullPointer { size_bytes })) };
         }
         let mut state = self.lock_for_change()?;
-        let Some(live) = state.live.remove(&addr.0) else {
+        let Some(requested_bytes) = state.allocator.requested_size(addr) else {
             let device = self.device_index;
             let error = if state.freed.contains(&addr.0) {
                 Error::DoubleFree { addr, device }
@@ -139,27 +129,27 @@ impl<D: Device> SharedAllocator<D> {
         }
         state.freed.insert(addr.0);
         drop(state);
-        if live.size_bytes != size_bytes {
-            return Err(self.misuse(Error::WrongSize { addr, size_bytes, allocated_bytes: live.size_bytes }));
+        if requested_bytes != size_bytes {
+            return Err(self.misuse(Error::WrongSize { addr, size_bytes, allocated_bytes: requested_bytes }));
         }
         Ok(())
     }
 
     /// Whether `addr` is a live block of this allocator.
     pub fn contains(&self, addr: DeviceAddr) -> bool {
-        self.lock_for_read().live.contains_key(&addr.0)
+        self.requested_size(addr).is_some()
     }
 
     /// The size `malloc` was asked for, if `addr` is a live block here.
     pub fn requested_size(&self, addr: DeviceAddr) -> Option<u64> {
-        self.lock_for_read().live.get(&addr.0).map(|live| live.size_bytes)
+        self.lock_for_read().allocator.requested_size(addr)
     }
 
     /// `Tensor.record_stream(stream)`: the live block at `addr` is also used
     /// on `stream`. An address that is not live is refused and counted.
     pub fn record_stream(&self, addr: DeviceAddr, stream: StreamId) -> Result<(), Error> {
         let mut state = self.lock_for_change()?;
-        if !state.live.contains_key(&addr.0) {
+        if state.allocator.requested_size(addr).is_none() {
             return Err(self.misuse(Error::NotLive { call: "record_stream", addr }));
         }
         state.allocator.record_stream(addr, stream)?;
@@ -231,7 +221,7 @@ impl<D: Device> SharedAllocator<D> {
 
     /// Blocks handed out and not yet freed.
     pub fn live_count(&self) -> usize {
-        self.lock_for_read().live.len()
+        self.lock_for_read().allocator.allocated_count()
     }
 
     /// Misuse this allocator refused or reported since creation.
@@ -240,8 +230,8 @@ impl<D: Device> SharedAllocator<D> {
     }
 
     /// Runs `f` on the allocator under the lock (tests, inspection, settings
-    /// the front end does not wrap). Blocks handed out through `f` are not
-    /// known to the boundary checks, so use it to look, not to allocate.
+    /// the front end does not wrap). The boundary checks read the core, so
+    /// blocks `f` allocates or frees are seen by them too.
     pub fn with_allocator<R>(&self, f: impl FnOnce(&mut CachingAllocator<D>) -> R) -> Result<R, Error> {
         Ok(f(&mut self.lock_for_change()?.allocator))
     }

@@ -6,11 +6,17 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The directory holding `libvramkit_capi.so`: the test binary lives in
-/// `<target>/<profile>/deps/`, the library one level up.
+/// The directory holding `libvramkit_capi.so`. The test binary lives in
+/// `<target>/<profile>/deps/`, where `cargo test` builds the library beside
+/// it (fresh for this run); `cargo build` also copies it one level up, but
+/// `cargo test` alone does not, so `deps/` comes first.
 fn library_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    exe.parent().and_then(Path::parent).expect("<target>/<profile>").to_path_buf()
+    let deps = exe.parent().expect("<target>/<profile>/deps").to_path_buf();
+    if deps.join(library_file()).exists() {
+        return deps;
+    }
+    deps.parent().expect("<target>/<profile>").to_path_buf()
 }
 
 fn library_file() -> &'static str {

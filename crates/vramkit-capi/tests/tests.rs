@@ -8,6 +8,7 @@
 mod c_program;
 mod ffi;
 mod header;
+mod process;
 mod settings;
 mod shared;
 mod snapshot;

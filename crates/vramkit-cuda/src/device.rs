@@ -3,7 +3,9 @@
 use crate::driver::{check, driver_available, CurrentContext, Failure};
 use crate::CudaError;
 use cudarc::driver::sys::{self, CUresult};
+use crate::vmm::MappedPage;
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use vramkit_core::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
 
 /// Idle events kept for reuse; more than this are destroyed.
@@ -12,6 +14,10 @@ const EVENT_POOL_CAPACITY: usize = 1024;
 /// Driver failures in calls that cannot return an error (`free`, events)
 /// printed to stderr; later ones are only counted.
 const PRINTED_FAILURES: u64 = 16;
+
+/// The smallest page the allocator maps (an expandable small-pool segment's
+/// page, spec section 6).
+const SMALLEST_PAGE_BYTES: u64 = 2 << 20;
 
 /// The event id that stands for "already complete": handed out when an
 /// event could not be created or recorded, after the stream was synchronised.
@@ -40,6 +46,17 @@ pub struct CudaDevice {
     /// Driver failures seen in infallible methods (a `Cell` because
     /// `mem_get_info` takes `&self`).
     driver_failures: Cell<u64>,
+    /// The driver can reserve address ranges and map memory into them, with
+    /// a granularity that divides 2 MiB (the smallest page the allocator
+    /// maps). Probed once in `new`.
+    pub(crate) virtual_memory: bool,
+    /// Address ranges reserved through the `Device` trait and not released:
+    /// base address to size in bytes.
+    pub(crate) address_ranges: BTreeMap<u64, u64>,
+    /// Pages mapped through the `Device` trait's `map` and not unmapped, by
+    /// address. Invariant: the pages do not overlap, and each lies inside
+    /// one of `address_ranges`.
+    pub(crate) pages: BTreeMap<u64, MappedPage>,
 }
 
 // SAFETY: the fields are driver handles (a device ordinal, a context, events)
@@ -78,12 +95,16 @@ impl CudaDevice {
             total_bytes: 0,
             idle_events: Vec::new(),
             driver_failures: Cell::new(0),
+            virtual_memory: false,
+            address_ranges: BTreeMap::new(),
+            pages: BTreeMap::new(),
         };
         let mut total: usize = 0;
         // SAFETY: driver loaded; `device` is valid; `total` is a valid out pointer.
         check("cuDeviceTotalMem", unsafe { sys::cuDeviceTotalMem_v2(&mut total, device) })
             .map_err(Failure::into_cuda_error)?;
         this.total_bytes = total as u64;
+        this.virtual_memory = this.probe_virtual_memory();
         Ok(this)
     }
 
@@ -101,6 +122,24 @@ impl CudaDevice {
         // SAFETY: driver loaded and initialised; `count` is a valid out pointer.
         check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut count) }).map_err(Failure::into_cuda_error)?;
         Ok(count)
+    }
+
+    /// Whether this GPU can back expandable segments: the driver reports
+    /// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED` and its
+    /// allocation granularity divides the 2 MiB small-pool page. A failed
+    /// query counts as "no" (the allocator then uses `cuMemAlloc`, as
+    /// PyTorch does without the attribute).
+    fn probe_virtual_memory(&self) -> bool {
+        let mut supported: std::ffi::c_int = 0;
+        let attribute = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED;
+        // SAFETY: driver loaded and initialised (`new` got this far);
+        // `self.device` came from `cuDeviceGet`; `supported` is a valid out
+        // pointer.
+        let queried = check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(&mut supported, attribute, self.device) });
+        if queried.is_err() || supported == 0 {
+            return false;
+        }
+        matches!(self.allocation_granularity(), Ok(g) if g > 0 && SMALLEST_PAGE_BYTES % g == 0)
     }
 
     /// The device index this was created for.
@@ -128,7 +167,7 @@ impl CudaDevice {
     }
 
     /// Counts a failure of an infallible method; prints the first few.
-    pub(crate) fn note_failure(&self, failure: Failure, what: &str) {
+    pub(crate) fn note_failure(&self, failure: impl std::fmt::Display, what: &str) {
         let n = self.driver_failures.get() + 1;
         self.driver_failures.set(n);
         if n <= PRINTED_FAILURES {
@@ -295,6 +334,26 @@ impl Device for CudaDevice {
         if let Err(failure) = result {
             self.note_failure(failure, "destroy_event");
         }
+    }
+
+    fn supports_virtual_memory(&self) -> bool {
+        self.virtual_memory
+    }
+
+    fn reserve_address_range(&mut self, size_bytes: u64) -> Result<DeviceAddr, DeviceError> {
+        self.reserve_tracked_range(size_bytes)
+    }
+
+    fn release_address_range(&mut self, addr: DeviceAddr, size_bytes: u64) {
+        self.release_tracked_range(addr, size_bytes);
+    }
+
+    fn map(&mut self, addr: DeviceAddr, size_bytes: u64, page_bytes: u64) -> Result<(), DeviceError> {
+        self.map_pages(addr, size_bytes, page_bytes)
+    }
+
+    fn unmap(&mut self, addr: DeviceAddr, size_bytes: u64) {
+        self.unmap_pages(addr, size_bytes);
     }
 
     fn time_us(&self) -> u64 {

@@ -74,7 +74,7 @@ impl CudaDevice {
     }
 
     /// `cuMemAddressReserve`.
-    pub fn reserve_address_range(
+    pub fn reserve_address_range_aligned(
         &mut self,
         _size_bytes: u64,
         _alignment_bytes: u64,
@@ -94,6 +94,16 @@ impl CudaDevice {
 
     /// `cuMemUnmap` + `cuMemRelease`.
     pub fn unmap_page(&mut self, _page: MappedPage) -> Result<(), DeviceError> {
+        match self.never {}
+    }
+
+    /// Bytes mapped through the `Device` trait.
+    pub fn mapped_bytes(&self) -> u64 {
+        match self.never {}
+    }
+
+    /// Address ranges reserved through the `Device` trait.
+    pub fn reserved_range_count(&self) -> usize {
         match self.never {}
     }
 }
@@ -118,6 +128,9 @@ impl Device for CudaDevice {
         match self.never {}
     }
     fn destroy_event(&mut self, _event: EventId) {
+        match self.never {}
+    }
+    fn supports_virtual_memory(&self) -> bool {
         match self.never {}
     }
 }

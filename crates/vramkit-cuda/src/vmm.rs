@@ -12,9 +12,16 @@
 //!  |-- unmapped-|== page 1 ==|---------- unmapped ----------------|
 //! ```
 //!
-//! These are inherent methods until the `Device` trait has them. Errors are
-//! [`DeviceError`]s, as they will be there: `OutOfMemory` when `cuMemCreate`
-//! finds no memory (the allocator then releases cache and retries).
+//! Two layers. The inherent methods ([`CudaDevice::map_page`],
+//! [`CudaDevice::unmap_page`], ...) are the raw calls, one page each, with
+//! ownership of a mapping in a [`MappedPage`]. The `Device` trait's
+//! `reserve_address_range`/`map`/`unmap`/`release_address_range`, which the
+//! caching allocator uses, are built on them here: `map` creates one
+//! physical allocation per page (as PyTorch's `ExpandableSegment` does) and
+//! the device keeps the [`MappedPage`]s by address, so `unmap` of any run
+//! of whole pages finds their handles. Errors are [`DeviceError`]s:
+//! `OutOfMemory` when `cuMemCreate` finds no memory (the allocator then
+//! releases cache and retries).
 
 use crate::device::CudaDevice;
 use crate::driver::{check, Failure};
@@ -95,7 +102,10 @@ impl CudaDevice {
     /// `cuMemAddressReserve`: a virtual range of `size_bytes` (a multiple of
     /// the granularity), aligned to `alignment_bytes` (0: the granularity).
     /// No memory backs it until [`CudaDevice::map_page`].
-    pub fn reserve_address_range(&mut self, size_bytes: u64, alignment_bytes: u64) -> Result<DeviceAddr, DeviceError> {
+    ///
+    /// This is the raw call; the `Device` trait's `reserve_address_range`
+    /// (what the allocator uses) also remembers the range.
+    pub fn reserve_address_range_aligned(&mut self, size_bytes: u64, alignment_bytes: u64) -> Result<DeviceAddr, DeviceError> {
         let mut base: sys::CUdeviceptr = 0;
         let result = self.enter().and_then(|_current| {
             // SAFETY: driver loaded, context current; `base` is a valid out
@@ -108,8 +118,8 @@ impl CudaDevice {
     }
 
     /// `cuMemAddressFree` of a whole range from
-    /// [`reserve_address_range`](CudaDevice::reserve_address_range), after
-    /// every page in it was unmapped.
+    /// [`reserve_address_range_aligned`](CudaDevice::reserve_address_range_aligned),
+    /// after every page in it was unmapped.
     pub fn free_address_range(&mut self, base: DeviceAddr, size_bytes: u64) -> Result<(), DeviceError> {
         let result = self.enter().and_then(|_current| {
             // SAFETY: driver loaded, context current. The driver checks that
@@ -177,5 +187,117 @@ impl CudaDevice {
             check("cuMemRelease", unsafe { sys::cuMemRelease(page.handle) })
         });
         result.map_err(|failure: Failure| failure.into_device_error(0))
+    }
+}
+
+/// The `Device` trait's virtual-memory calls (see the module docs).
+impl CudaDevice {
+    /// Bytes mapped through the `Device` trait's `map` and not unmapped yet.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.pages.values().map(MappedPage::size_bytes).sum()
+    }
+
+    /// Address ranges reserved through the `Device` trait and not released yet.
+    pub fn reserved_range_count(&self) -> usize {
+        self.address_ranges.len()
+    }
+
+    /// `Device::reserve_address_range`: a granularity-aligned range, remembered.
+    pub(crate) fn reserve_tracked_range(&mut self, size_bytes: u64) -> Result<DeviceAddr, DeviceError> {
+        let base = self.reserve_address_range_aligned(size_bytes, 0)?;
+        self.address_ranges.insert(base.0, size_bytes);
+        Ok(base)
+    }
+
+    /// `Device::release_address_range`. The trait gives no way to fail: a
+    /// driver failure is counted and printed, and the range is forgotten
+    /// (the address space is lost, nothing is freed twice).
+    pub(crate) fn release_tracked_range(&mut self, base: DeviceAddr, size_bytes: u64) {
+        let known = self.address_ranges.remove(&base.0);
+        debug_assert_eq!(known, Some(size_bytes), "release of {base}+{size_bytes}, not a reservation of this device");
+        debug_assert!(
+            self.pages.range(base.0..base.0 + size_bytes).next().is_none(),
+            "release of reservation {base} while pages are mapped"
+        );
+        let result = self.enter().and_then(|_current| {
+            // SAFETY: as in `free_address_range`: the driver checks that
+            // (base, size) is one of its reservations.
+            check("cuMemAddressFree", unsafe { sys::cuMemAddressFree(base.0, size_bytes as usize) })
+        });
+        if let Err(failure) = result {
+            self.note_failure(failure, "release_address_range");
+        }
+    }
+
+    /// `Device::map`: one new physical allocation of `page_bytes` per page of
+    /// `[addr, addr + size_bytes)`, mapped read-write. All or nothing: when a
+    /// page fails, the pages this call mapped are unmapped and released
+    /// before the error (`OutOfMemory` for `CUDA_ERROR_OUT_OF_MEMORY`) is
+    /// returned.
+    pub(crate) fn map_pages(&mut self, addr: DeviceAddr, size_bytes: u64, page_bytes: u64) -> Result<(), DeviceError> {
+        debug_assert!(page_bytes > 0 && size_bytes % page_bytes == 0, "map of {size_bytes} bytes in pages of {page_bytes}");
+        debug_assert!(
+            self.pages.range(addr.0..addr.0 + size_bytes).next().is_none(),
+            "map of {addr}+{size_bytes} over mapped pages"
+        );
+        let mut mapped: Vec<MappedPage> = Vec::with_capacity((size_bytes / page_bytes.max(1)) as usize);
+        let mut offset = 0;
+        while offset < size_bytes {
+            match self.map_page(addr.offset(offset), page_bytes) {
+                Ok(page) => mapped.push(page),
+                Err(error) => {
+                    for page in mapped {
+                        // No kernel has seen these pages yet, so they can go
+                        // back without a synchronize.
+                        if let Err(undo) = self.unmap_page(page) {
+                            self.note_failure(undo, "map (undoing the pages mapped before a failure)");
+                        }
+                    }
+                    return Err(match error {
+                        DeviceError::OutOfMemory { .. } => DeviceError::OutOfMemory { requested_bytes: size_bytes },
+                        other => other,
+                    });
+                }
+            }
+            offset += page_bytes;
+        }
+        for page in mapped {
+            self.pages.insert(page.addr().0, page);
+        }
+        Ok(())
+    }
+
+    /// `Device::unmap`: unmaps and releases every page mapped by `map` in
+    /// `[addr, addr + size_bytes)`. The trait names no stream, so this
+    /// first waits for all work on the device (`cuCtxSynchronize`, what
+    /// PyTorch's `ExpandableSegment` does when it has no stream): unlike
+    /// `cuMemFree`, `cuMemUnmap` does not wait for kernels still using the
+    /// memory. Failures are counted and printed; a page whose unmap failed
+    /// is forgotten (leaked), never released twice.
+    pub(crate) fn unmap_pages(&mut self, addr: DeviceAddr, size_bytes: u64) {
+        let end = addr.0 + size_bytes;
+        let inside: Vec<u64> = self.pages.range(addr.0..end).map(|(&a, _)| a).collect();
+        if inside.is_empty() {
+            debug_assert_eq!(size_bytes, 0, "unmap of {addr}+{size_bytes}, nothing mapped there");
+            return;
+        }
+        let synchronized = self.enter().and_then(|_current| {
+            // SAFETY: driver loaded, context current (guard); waits for the
+            // context's work, touching no memory of ours.
+            check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+        });
+        if let Err(failure) = synchronized {
+            self.note_failure(failure, "unmap (synchronize before unmapping)");
+        }
+        let mut unmapped = 0;
+        for page_addr in inside {
+            let page = self.pages.remove(&page_addr).expect("collected from the map above");
+            debug_assert!(page.addr().0 + page.size_bytes() <= end, "unmap of {addr}+{size_bytes} cuts page {page_addr:#x}");
+            unmapped += page.size_bytes();
+            if let Err(error) = self.unmap_page(page) {
+                self.note_failure(error, "unmap");
+            }
+        }
+        debug_assert_eq!(unmapped, size_bytes, "unmap of {addr}+{size_bytes}, not all of it mapped");
     }
 }

@@ -1,0 +1,202 @@
+//! The snapshot-file tools: `vramkit.replay(path)` and `vramkit.verify(path)`.
+//!
+//! A file is read by [`read_snapshot`] into a [`SnapshotFile`] (the
+//! snapshot and the settings it was recorded with); everything after that
+//! is vramkit-replay, and returns JSON the Python side turns into dicts.
+//!
+//! [`read_snapshot`] is a stub until the snapshot reader crate
+//! (`vramkit-trace`) is in this tree: it raises `NotImplementedError`.
+//! Wiring it is the only change needed here (see its docs).
+
+use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use serde_json::{json, Value};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use vramkit_core::{AllocatorConfig, ConfigError, Snapshot};
+use vramkit_replay::{model_replay, oracle_replay, verify, DeviceTrace, ModelOptions, ReplayError};
+
+/// Timeline points a replay keeps per device (downsampled, peaks kept).
+const TIMELINE_POINTS: usize = 1000;
+
+/// A snapshot file, read.
+#[derive(Clone, Debug)]
+pub(crate) struct SnapshotFile {
+    /// Segments and per-device traces.
+    pub snapshot: Snapshot,
+    /// The settings the trace was recorded with (the file's
+    /// `allocator_settings`); PyTorch's defaults when the file has none.
+    pub recorded: AllocatorConfig,
+}
+
+/// Why a snapshot file tool failed.
+#[derive(Debug)]
+pub(crate) enum FileError {
+    /// A part of vramkit this tool needs is not built yet.
+    NotImplemented(String),
+    /// The settings string passed is not valid.
+    Settings(ConfigError),
+    /// The replay could not run.
+    Replay { device: i64, error: ReplayError },
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileError::NotImplemented(what) => f.write_str(what),
+            FileError::Settings(error) => write!(f, "{error}"),
+            FileError::Replay { device, error } => write!(f, "device {device}: {error}"),
+        }
+    }
+}
+
+impl From<FileError> for PyErr {
+    fn from(error: FileError) -> PyErr {
+        match error {
+            FileError::NotImplemented(_) => PyNotImplementedError::new_err(error.to_string()),
+            FileError::Settings(_) => PyValueError::new_err(error.to_string()),
+            FileError::Replay { .. } => PyRuntimeError::new_err(error.to_string()),
+        }
+    }
+}
+
+/// Reads a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`'s
+/// pickle, or the same dict as JSON).
+///
+/// TO WIRE (integrator): once `vramkit-trace` is in the tree, add it to
+/// `Cargo.toml` and return its reader's result here: the `Snapshot` and the
+/// `AllocatorConfig` parsed from the file's `allocator_settings`
+/// (`PyTorch's defaults when absent`), mapping read errors to a new
+/// `FileError` variant (an `OSError`/`ValueError` on the Python side).
+pub(crate) fn read_snapshot(path: &Path) -> Result<SnapshotFile, FileError> {
+    Err(FileError::NotImplemented(format!(
+        "reading snapshot files ({}) is not available yet: vramkit's snapshot reader \
+         (vramkit-trace) is waiting to be wired into the Python package",
+        path.display()
+    )))
+}
+
+/// The settings to replay under: the recorded ones with the keys `conf`
+/// names changed (vramkit's update semantics).
+fn settings_for(recorded: &AllocatorConfig, conf: Option<&str>) -> Result<AllocatorConfig, FileError> {
+    let mut config = recorded.clone();
+    if let Some(conf) = conf {
+        config.update(conf).map_err(FileError::Settings)?;
+    }
+    Ok(config)
+}
+
+/// Oracle replay (what happened) and model replay (what vramkit predicts
+/// under `conf`, within `capacity_bytes`) of every device in `file`.
+pub(crate) fn replay_file(file: &SnapshotFile, conf: Option<&str>, capacity_bytes: Option<u64>) -> Result<Value, FileError> {
+    let config = settings_for(&file.recorded, conf)?;
+    let options =
+        ModelOptions { config: config.clone(), recorded: file.recorded.clone(), capacity_bytes, timeline_points: TIMELINE_POINTS };
+    let mut devices = Vec::new();
+    for trace in DeviceTrace::split(&file.snapshot) {
+        let device = trace.device;
+        let replay_error = |error| FileError::Replay { device, error };
+        let recorded = oracle_replay(&trace, &file.recorded, TIMELINE_POINTS).map_err(replay_error)?;
+        let predicted = model_replay(&trace, &options).map_err(replay_error)?;
+        devices.push(json!({
+            "device": device,
+            "has_events": trace.has_events(),
+            "recorded": recorded,
+            "predicted": predicted,
+        }));
+    }
+    Ok(json!({
+        "recorded_settings": file.recorded.to_conf_string(),
+        "settings": config.to_conf_string(),
+        "capacity_bytes": capacity_bytes,
+        "devices": devices,
+    }))
+}
+
+/// `verify` of every device in `file` under its recorded settings.
+pub(crate) fn verify_file(file: &SnapshotFile) -> Result<Value, FileError> {
+    let mut devices = Vec::new();
+    for trace in DeviceTrace::split(&file.snapshot) {
+        let device = trace.device;
+        let report = verify(&trace, &file.recorded).map_err(|error| FileError::Replay { device, error })?;
+        let mut value = serde_json::to_value(&report).expect("a report serialises");
+        value["passed"] = report.passed().into();
+        devices.push(value);
+    }
+    let passed = devices.iter().all(|d| d["passed"] == true);
+    Ok(json!({ "recorded_settings": file.recorded.to_conf_string(), "passed": passed, "devices": devices }))
+}
+
+/// `vramkit.replay(path, conf, capacity)`, as JSON.
+#[pyfunction]
+#[pyo3(signature = (path, conf=None, capacity_bytes=None))]
+pub(crate) fn replay_json(path: PathBuf, conf: Option<&str>, capacity_bytes: Option<u64>) -> PyResult<String> {
+    // A bad settings string is reported before the (slow) read.
+    settings_for(&AllocatorConfig::pytorch_default(), conf)?;
+    let file = read_snapshot(&path)?;
+    Ok(replay_file(&file, conf, capacity_bytes)?.to_string())
+}
+
+/// `vramkit.verify(path)`, as JSON.
+#[pyfunction]
+pub(crate) fn verify_json(path: PathBuf) -> PyResult<String> {
+    let file = read_snapshot(&path)?;
+    Ok(verify_file(&file)?.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramkit_core::{CachingAllocator, ContextLevel, HistoryConfig, StreamId};
+    use vramkit_sim::SimDevice;
+
+    const MIB: u64 = 1 << 20;
+
+    /// A snapshot recorded from vramkit's own allocator: what a file read
+    /// by `read_snapshot` would hold.
+    fn recorded() -> SnapshotFile {
+        let config = AllocatorConfig::pytorch_default();
+        let mut alloc = CachingAllocator::new(SimDevice::new(8 << 30), config.clone());
+        alloc.record_history(Some(HistoryConfig { record_trace: true, max_entries: usize::MAX, context: ContextLevel::Never }));
+        let a = alloc.malloc(3 * MIB, StreamId(0)).unwrap();
+        let b = alloc.malloc(1000, StreamId(0)).unwrap();
+        alloc.free(a).unwrap();
+        let _ = b;
+        SnapshotFile { snapshot: alloc.snapshot(), recorded: config }
+    }
+
+    #[test]
+    fn replay_reports_both_sides_per_device() {
+        let value = replay_file(&recorded(), None, None).unwrap();
+        let device = &value["devices"][0];
+        assert_eq!(device["device"], 0);
+        assert_eq!(device["has_events"], true);
+        for side in ["recorded", "predicted"] {
+            assert_eq!(device[side]["peak_reserved_bytes"], 22 * MIB, "{side}: {value}");
+            assert_eq!(device[side]["oom_count"], 0, "{side}");
+        }
+        assert_eq!(value["settings"], value["recorded_settings"]);
+    }
+
+    #[test]
+    fn replay_applies_settings_on_top_and_a_capacity() {
+        let value = replay_file(&recorded(), Some("expandable_segments:True"), Some(16 * MIB)).unwrap();
+        assert!(value["settings"].as_str().unwrap().contains("expandable_segments:True"), "{value}");
+        assert_eq!(value["capacity_bytes"], 16 * MIB);
+        assert!(matches!(replay_file(&recorded(), Some("max_split_size_mb:1"), None), Err(FileError::Settings(_))));
+    }
+
+    #[test]
+    fn verify_passes_on_vramkits_own_trace() {
+        let value = verify_file(&recorded()).unwrap();
+        assert_eq!(value["passed"], true, "{value}");
+        assert_eq!(value["devices"][0]["alloc_events"], 2);
+    }
+
+    #[test]
+    fn reading_files_says_what_it_waits_for() {
+        let error = read_snapshot(Path::new("snap.pickle")).unwrap_err();
+        assert!(matches!(error, FileError::NotImplemented(_)));
+        assert!(error.to_string().contains("vramkit-trace"), "{error}");
+    }
+}
