@@ -4,9 +4,8 @@
 //! snapshot and the settings it was recorded with); everything after that
 //! is vramkit-replay, and returns JSON the Python side turns into dicts.
 //!
-//! [`read_snapshot`] is a stub until the snapshot reader crate
-//! (`vramkit-trace`) is in this tree: it raises `NotImplementedError`.
-//! Wiring it is the only change needed here (see its docs).
+//! [`read_snapshot`] uses vramkit-trace's reader (pickle of any protocol,
+//! or JSON), which never executes anything from the file.
 
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -38,6 +37,8 @@ pub(crate) enum FileError {
     Settings(ConfigError),
     /// The replay could not run.
     Replay { device: i64, error: ReplayError },
+    /// The file could not be read as a snapshot.
+    Read(String),
 }
 
 impl fmt::Display for FileError {
@@ -46,6 +47,7 @@ impl fmt::Display for FileError {
             FileError::NotImplemented(what) => f.write_str(what),
             FileError::Settings(error) => write!(f, "{error}"),
             FileError::Replay { device, error } => write!(f, "device {device}: {error}"),
+            FileError::Read(message) => f.write_str(message),
         }
     }
 }
@@ -56,24 +58,17 @@ impl From<FileError> for PyErr {
             FileError::NotImplemented(_) => PyNotImplementedError::new_err(error.to_string()),
             FileError::Settings(_) => PyValueError::new_err(error.to_string()),
             FileError::Replay { .. } => PyRuntimeError::new_err(error.to_string()),
+            FileError::Read(_) => PyValueError::new_err(error.to_string()),
         }
     }
 }
 
 /// Reads a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`'s
-/// pickle, or the same dict as JSON).
-///
-/// TO WIRE (integrator): once `vramkit-trace` is in the tree, add it to
-/// `Cargo.toml` and return its reader's result here: the `Snapshot` and the
-/// `AllocatorConfig` parsed from the file's `allocator_settings`
-/// (`PyTorch's defaults when absent`), mapping read errors to a new
-/// `FileError` variant (an `OSError`/`ValueError` on the Python side).
+/// pickle, or the same dict as JSON), with the settings it was recorded with.
 pub(crate) fn read_snapshot(path: &Path) -> Result<SnapshotFile, FileError> {
-    Err(FileError::NotImplemented(format!(
-        "reading snapshot files ({}) is not available yet: vramkit's snapshot reader \
-         (vramkit-trace) is waiting to be wired into the Python package",
-        path.display()
-    )))
+    let file = vramkit_trace::read_snapshot(path).map_err(|e| FileError::Read(e.to_string()))?;
+    let recorded = file.allocator_settings.as_ref().map(|s| s.to_config()).unwrap_or_default();
+    Ok(SnapshotFile { snapshot: file.snapshot, recorded })
 }
 
 /// The settings to replay under: the recorded ones with the keys `conf`
