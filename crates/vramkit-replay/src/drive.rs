@@ -136,6 +136,14 @@ impl<'a> Driver<'a> {
                 model.device_mut().push_address(e.addr);
                 Step::Other
             }
+            TraceAction::SegmentMap => {
+                // A map outside every reservation the model has is the first
+                // map of a new one, which starts at the reservation's base.
+                if !model.device().in_reservation(e.addr) {
+                    model.device_mut().push_reservation_address(e.addr);
+                }
+                Step::Other
+            }
             TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
                 let call = is_empty_cache_call(&self.runs, self.events, i, || model.empty_cache_plan());
                 if call {

@@ -122,8 +122,26 @@ pub fn oracle_replay(trace: &DeviceTrace, config: &AllocatorConfig, timeline_poi
                     m.device_frees += 1;
                 }
             }
+            TraceAction::SegmentMap => {
+                o.reserved += e.size;
+                m.device_mallocs += 1;
+            }
+            TraceAction::SegmentUnmap => {
+                o.reserved = o.reserved.saturating_sub(e.size);
+                m.device_frees += 1;
+            }
             TraceAction::Alloc => {
-                let Some(seg_addr) = o.segment_of(e.addr) else { continue };
+                let Some(seg_addr) = o.segment_of(e.addr) else {
+                    // In expandable-segment memory: a block is exactly its
+                    // rounded size (any remainder of 512 B or more is split off).
+                    let r = round_size(e.size, &config.roundup_power2_divisions);
+                    o.live.insert(e.addr, Live { size: r, requested: e.size, allocated: true });
+                    o.allocated += r;
+                    o.requested += e.size;
+                    lower.add(e.size);
+                    note(&o, &mut m, i as u64 + 1);
+                    continue;
+                };
                 let seg = o.segments[&seg_addr];
                 let r = round_size(e.size, &config.roundup_power2_divisions);
                 let next = o.live.range(e.addr + 1..).next().map(|(&a, _)| a).filter(|&a| a < seg_addr + seg.size).unwrap_or(seg_addr + seg.size);

@@ -58,6 +58,9 @@ pub struct VerifyReport {
     pub inferred_capacity_bytes: Option<u64>,
     /// The first divergence, if any.
     pub first_divergence: Option<Divergence>,
+    /// The first difference in the segment events, if any (its index counts
+    /// segment events only; the context lists the recorded ones around it).
+    pub segment_divergence: Option<Divergence>,
 }
 
 impl VerifyReport {
@@ -95,7 +98,12 @@ pub fn verify_with_capacity(
     let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
     let (runs, inferred) = classify_with_capacity(&trace.events, start_reserved, config, capacity_bytes);
     let capacity = capacity_bytes.or(inferred);
-    let device = SimDevice::new(capacity.unwrap_or(u64::MAX)).with_event_mode(vramkit_sim::EventMode::Manual);
+    let mut device = SimDevice::new(capacity.unwrap_or(u64::MAX)).with_event_mode(vramkit_sim::EventMode::Manual);
+    if capacity_bytes.is_none() {
+        // An inferred capacity says where refusals begin, not how much
+        // memory the device has (which sizes expandable reservations).
+        device = device.with_total_bytes(u64::MAX);
+    }
     let mut model = start_model(&start, config, device)?;
     model.record_history(Some(HistoryConfig { record_trace: true, max_entries: usize::MAX, context: vramkit_core::ContextLevel::Never }));
 
@@ -138,18 +146,21 @@ pub fn verify_with_capacity(
     let snap = model.snapshot();
     let predicted: Vec<(TraceAction, u64, u64)> = segment_events(snap.device_traces.iter().flatten());
     let segment_events_identical = recorded == predicted;
+    let mut segment_divergence = None;
     if !segment_events_identical {
         let at = recorded.iter().zip(&predicted).position(|(a, b)| a != b).unwrap_or(recorded.len().min(predicted.len()));
         let show = |v: &[(TraceAction, u64, u64)]| {
             v.get(at).map_or("nothing".to_string(), |(a, addr, size)| format!("{} {addr:#x} {size}", a.as_str()))
         };
-        first_divergence.get_or_insert_with(|| Divergence {
+        let d = Divergence {
             kind: "segment events".into(),
             event_index: Some(at),
             expected: show(&recorded),
             got: show(&predicted),
-            context: Vec::new(),
-        });
+            context: recorded.iter().skip(at.saturating_sub(3)).take(6).map(|(a, addr, size)| format!("{} {addr:#x} {size}", a.as_str())).collect(),
+        };
+        segment_divergence = Some(d.clone());
+        first_divergence.get_or_insert(d);
     }
     let end_diff = compare_end_state(&trace.end_segments, &model.segments());
     if let Some((expected, got)) = &end_diff {
@@ -173,6 +184,7 @@ pub fn verify_with_capacity(
         trace_cut: !start.cut_frees.is_empty(),
         inferred_capacity_bytes: inferred,
         first_divergence,
+        segment_divergence,
     })
 }
 

@@ -82,10 +82,11 @@ struct LiveBlock {
 pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<StartState, WindowError> {
     let device = trace.device;
     let inconsistent = |detail: String| WindowError::Inconsistent { device, detail };
-    if trace.events.iter().any(|e| matches!(e.action, TraceAction::SegmentMap | TraceAction::SegmentUnmap))
-        || trace.end_segments.iter().any(|s| s.is_expandable)
-    {
-        return Err(WindowError::Unsupported { device, what: "a trace with expandable segments" });
+    if !mapped_at_start(trace).is_empty() {
+        return Err(WindowError::Unsupported {
+            device,
+            what: "a trace that starts with expandable-segment memory already mapped (record it from the start of the process, or after empty_cache(), so the trace shows where each reservation begins)",
+        });
     }
 
     // Segments at the start.
@@ -96,7 +97,7 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
         }
     }
     let mut segments: BTreeMap<u64, StartSegment> = BTreeMap::new();
-    for s in &trace.end_segments {
+    for s in trace.end_segments.iter().filter(|s| !s.is_expandable) {
         if !matches!(first_segment_event.get(&s.address), Some((TraceAction::SegmentAlloc, ..))) {
             segments.insert(
                 s.address,
@@ -240,6 +241,46 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
     }
 
     Ok(StartState { segments: out, cut_frees: cut_frees(trace) })
+}
+
+/// The expandable-segment ranges mapped at the window's start: the end
+/// state's mapped runs, with the trace's maps undone and unmaps redone,
+/// walking backwards.
+fn mapped_at_start(trace: &DeviceTrace) -> Vec<(u64, u64)> {
+    let mut mapped: BTreeMap<u64, u64> = BTreeMap::new(); // start -> end
+    let add = |m: &mut BTreeMap<u64, u64>, s: u64, e: u64| {
+        let (mut s, mut e) = (s, e);
+        let touching: Vec<(u64, u64)> = m.range(..=e).filter(|(_, &end)| end >= s).map(|(&a, &b)| (a, b)).collect();
+        for (a, b) in touching {
+            m.remove(&a);
+            s = s.min(a);
+            e = e.max(b);
+        }
+        m.insert(s, e);
+    };
+    let remove = |m: &mut BTreeMap<u64, u64>, s: u64, e: u64| {
+        let overlapping: Vec<(u64, u64)> = m.range(..e).filter(|(_, &end)| end > s).map(|(&a, &b)| (a, b)).collect();
+        for (a, b) in overlapping {
+            m.remove(&a);
+            if a < s {
+                m.insert(a, s);
+            }
+            if b > e {
+                m.insert(e, b);
+            }
+        }
+    };
+    for seg in trace.end_segments.iter().filter(|s| s.is_expandable) {
+        add(&mut mapped, seg.address, seg.address + seg.total_size);
+    }
+    for e in trace.events.iter().rev() {
+        match e.action {
+            TraceAction::SegmentMap => remove(&mut mapped, e.addr, e.addr + e.size),
+            TraceAction::SegmentUnmap => add(&mut mapped, e.addr, e.addr + e.size),
+            _ => {}
+        }
+    }
+    mapped.into_iter().collect()
 }
 
 fn free_block(address: u64, size: u64) -> BlockInfo {

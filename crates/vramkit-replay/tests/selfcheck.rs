@@ -42,7 +42,8 @@ fn record(conf: &str, seed: u64, ops: usize, capacity: u64, max_entries: usize, 
     for i in 0..ops {
         // Garbage collection depends on block ages the trace does not
         // record, so those traces start with the process.
-        let from = if config.garbage_collection_threshold > 0.0 { 0 } else { ops / 3 };
+        // Expandable traces must show where each reservation begins.
+        let from = if config.garbage_collection_threshold > 0.0 || config.expandable_segments { 0 } else { ops / 3 };
         if !recording && i >= from {
             a.record_history(Some(HistoryConfig { max_entries, ..HistoryConfig::default() }));
             recording = true;
@@ -90,8 +91,8 @@ fn check(conf: &str, seed: u64, capacity: u64, max_entries: usize, streams: u64,
         let mut peak = start;
         for e in &trace.events {
             match e.action {
-                vramkit_core::TraceAction::SegmentAlloc => reserved += e.size,
-                vramkit_core::TraceAction::SegmentFree => reserved -= e.size,
+                vramkit_core::TraceAction::SegmentAlloc | vramkit_core::TraceAction::SegmentMap => reserved += e.size,
+                vramkit_core::TraceAction::SegmentFree | vramkit_core::TraceAction::SegmentUnmap => reserved -= e.size,
                 _ => {}
             }
             peak = peak.max(reserved);
@@ -125,6 +126,11 @@ selfcheck! {
     record_stream_events: "", u64::MAX, 700, 2, true;
     record_stream_max_split: "max_split_size_mb:64", u64::MAX, 700, 2, true;
     gc_with_fraction: "garbage_collection_threshold:0.5,per_process_memory_fraction:0.9", 1500 * MIB, usize::MAX, 1, false;
+    expandable: "expandable_segments:True", u64::MAX, usize::MAX, 1, false;
+    expandable_with_refusals: "expandable_segments:True", 1200 * MIB, usize::MAX, 1, false;
+    expandable_streams: "expandable_segments:True", u64::MAX, usize::MAX, 3, false;
+    expandable_max_split: "expandable_segments:True,max_split_size_mb:64", u64::MAX, usize::MAX, 2, false;
+    expandable_record_stream: "expandable_segments:True", u64::MAX, usize::MAX, 2, true;
 }
 
 
@@ -153,5 +159,14 @@ fn refusals_with_undetermined_tails() {
 #[ignore]
 fn record_stream_with_refusals() {
     let bad = failing("", 1..=40, 1500 * MIB, usize::MAX, 2, true);
+    assert!(bad.is_empty(), "{} of 40 seeds did not verify: {bad:?}", bad.len());
+}
+
+/// Known gap: expandable segments with `max_split_size_mb` and device
+/// refusals. Measured with this test; see the issue notes.
+#[test]
+#[ignore]
+fn expandable_max_split_with_refusals() {
+    let bad = failing("expandable_segments:True,max_split_size_mb:64", 1..=40, 1200 * MIB, usize::MAX, 2, false);
     assert!(bad.is_empty(), "{} of 40 seeds did not verify: {bad:?}", bad.len());
 }

@@ -75,6 +75,8 @@ struct SimEvent {
 #[derive(Clone, Debug)]
 pub struct SimDevice {
     capacity_bytes: u64,
+    /// What `mem_get_info` reports as total, when it is not the capacity.
+    total_bytes: Option<u64>,
     granularity_bytes: u64,
     base_address: u64,
     /// Live ranges: start address -> size.
@@ -87,6 +89,8 @@ pub struct SimDevice {
     next_address: u64,
     /// Addresses to hand out next, in order, before bumping.
     queued_addresses: VecDeque<u64>,
+    /// Reservation bases to hand out next, in order, before bumping.
+    queued_reservations: VecDeque<u64>,
     fail_next_mallocs: u64,
     event_mode: EventMode,
     events: HashMap<u64, SimEvent>,
@@ -111,6 +115,7 @@ impl SimDevice {
     pub fn new(capacity_bytes: u64) -> SimDevice {
         SimDevice {
             capacity_bytes,
+            total_bytes: None,
             granularity_bytes: Self::DEFAULT_GRANULARITY,
             base_address: Self::DEFAULT_BASE,
             live: BTreeMap::new(),
@@ -119,6 +124,7 @@ impl SimDevice {
             used_bytes: 0,
             next_address: Self::DEFAULT_BASE,
             queued_addresses: VecDeque::new(),
+            queued_reservations: VecDeque::new(),
             fail_next_mallocs: 0,
             event_mode: EventMode::Immediate,
             events: HashMap::new(),
@@ -138,6 +144,14 @@ impl SimDevice {
         assert!(self.live.is_empty(), "set the base address before the first malloc");
         self.base_address = base;
         self.next_address = base;
+        self
+    }
+
+    /// Reports `total_bytes` as the device's total memory (what memory
+    /// fractions and expandable reservations are sized from), while
+    /// refusing allocations beyond `capacity_bytes`.
+    pub fn with_total_bytes(mut self, total_bytes: u64) -> SimDevice {
+        self.total_bytes = Some(total_bytes);
         self
     }
 
@@ -212,9 +226,22 @@ impl SimDevice {
         self.queued_addresses.push_back(addr);
     }
 
-    /// Forgets addresses queued with `push_address` and not used.
+    /// Forgets addresses queued with `push_address` or
+    /// `push_reservation_address` and not used.
     pub fn clear_queued_addresses(&mut self) {
         self.queued_addresses.clear();
+        self.queued_reservations.clear();
+    }
+
+    /// The next address-range reservation starts at `addr` (replay of a
+    /// trace that recorded it).
+    pub fn push_reservation_address(&mut self, addr: u64) {
+        self.queued_reservations.push_back(addr);
+    }
+
+    /// Whether `addr` lies inside a live reservation.
+    pub fn in_reservation(&self, addr: u64) -> bool {
+        self.reservations.range(..=addr).next_back().is_some_and(|(&base, r)| addr < base + r.size)
     }
 
     /// Takes over a range allocated before the simulation started (a
@@ -313,7 +340,7 @@ impl Device for SimDevice {
     fn mem_get_info(&self) -> MemInfo {
         MemInfo {
             free_bytes: self.capacity_bytes.saturating_sub(self.used_bytes),
-            total_bytes: self.capacity_bytes,
+            total_bytes: self.total_bytes.unwrap_or(self.capacity_bytes),
         }
     }
 
@@ -353,6 +380,9 @@ impl Device for SimDevice {
     fn reserve_address_range(&mut self, size_bytes: u64) -> Result<DeviceAddr, DeviceError> {
         assert!(self.virtual_memory, "reserve on a device without virtual memory");
         assert!(size_bytes > 0 && size_bytes % 512 == 0, "reserve of {size_bytes} bytes breaks the contract");
+        if let Some(base) = self.queued_reservations.pop_front() {
+            self.queued_addresses.push_front(base);
+        }
         let addr = self.take_address(size_bytes);
         self.reservations.insert(addr, Reservation { size: size_bytes, mapped: BTreeMap::new() });
         self.counters.reserves += 1;
