@@ -86,7 +86,13 @@ fn settings_for(recorded: &AllocatorConfig, conf: Option<&str>) -> Result<Alloca
 pub(crate) fn replay_file(file: &SnapshotFile, conf: Option<&str>, capacity_bytes: Option<u64>) -> Result<Value, FileError> {
     let config = settings_for(&file.recorded, conf)?;
     let options =
-        ModelOptions { config: config.clone(), recorded: file.recorded.clone(), capacity_bytes, timeline_points: TIMELINE_POINTS };
+        ModelOptions {
+            config: config.clone(),
+            recorded: file.recorded.clone(),
+            capacity_bytes,
+            recorded_capacity_bytes: None,
+            timeline_points: TIMELINE_POINTS,
+        };
     let mut devices = Vec::new();
     for trace in DeviceTrace::split(&file.snapshot) {
         let device = trace.device;
@@ -189,9 +195,9 @@ mod tests {
     }
 
     #[test]
-    fn reading_files_says_what_it_waits_for() {
-        let error = read_snapshot(Path::new("snap.pickle")).unwrap_err();
-        assert!(matches!(error, FileError::NotImplemented(_)));
-        assert!(error.to_string().contains("vramkit-trace"), "{error}");
+    fn a_missing_file_is_a_read_error_naming_it() {
+        let error = read_snapshot(Path::new("no-such-snap.pickle")).unwrap_err();
+        assert!(matches!(error, FileError::Read(_)));
+        assert!(error.to_string().contains("no-such-snap.pickle"), "{error}");
     }
 }
