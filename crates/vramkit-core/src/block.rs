@@ -106,6 +106,15 @@ impl BlockArena {
         }
     }
 
+    /// Drops the block in place (no copy out).
+    #[inline]
+    pub fn discard(&mut self, id: BlockId) {
+        let slot = &mut self.slots[id.0 as usize];
+        debug_assert!(slot.is_some(), "discard of a vacant block slot");
+        *slot = None;
+        self.vacant.push(id.0);
+    }
+
     #[inline]
     pub fn remove(&mut self, id: BlockId) -> Block {
         let block = self.slots[id.0 as usize].take().expect("remove of a vacant block slot");

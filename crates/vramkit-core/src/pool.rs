@@ -35,26 +35,134 @@ fn entry(stream: StreamId, key: u128, id: BlockId) -> FreeEntry {
     FreeEntry { stream, size: (key >> 64) as u64, addr: key as u64, id }
 }
 
+/// An ordered map from keys to blocks: a sorted `Vec` while small (the
+/// common case: a handful of free blocks per stream, where shifting a few
+/// entries beats a tree), a `BTreeMap` once it grows. Same order either way.
+#[derive(Clone, Debug)]
+enum Ordered {
+    Small(Vec<(u128, BlockId)>),
+    Large(BTreeMap<u128, BlockId>),
+}
+
+/// Entries at which a small map becomes a tree, and a tree becomes small again.
+const GROW_AT: usize = 64;
+const SHRINK_AT: usize = 16;
+
+impl Default for Ordered {
+    fn default() -> Self {
+        Ordered::Small(Vec::new())
+    }
+}
+
+impl Ordered {
+    #[inline]
+    fn insert(&mut self, k: u128, id: BlockId) -> bool {
+        match self {
+            Ordered::Small(v) => match v.binary_search_by_key(&k, |e| e.0) {
+                Ok(_) => false,
+                Err(at) => {
+                    v.insert(at, (k, id));
+                    if v.len() > GROW_AT {
+                        *self = Ordered::Large(v.drain(..).collect());
+                    }
+                    true
+                }
+            },
+            Ordered::Large(m) => m.insert(k, id).is_none(),
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, k: u128) -> bool {
+        match self {
+            Ordered::Small(v) => match v.binary_search_by_key(&k, |e| e.0) {
+                Ok(at) => {
+                    v.remove(at);
+                    true
+                }
+                Err(_) => false,
+            },
+            Ordered::Large(m) => {
+                let removed = m.remove(&k).is_some();
+                if m.len() < SHRINK_AT {
+                    *self = Ordered::Small(std::mem::take(m).into_iter().collect());
+                }
+                removed
+            }
+        }
+    }
+
+    #[inline]
+    fn get(&self, k: u128) -> Option<BlockId> {
+        match self {
+            Ordered::Small(v) => v.binary_search_by_key(&k, |e| e.0).ok().map(|at| v[at].1),
+            Ordered::Large(m) => m.get(&k).copied(),
+        }
+    }
+
+    /// The first entry with key >= k.
+    #[inline]
+    fn at_or_after(&self, k: u128) -> Option<(u128, BlockId)> {
+        match self {
+            Ordered::Small(v) => v.get(v.partition_point(|e| e.0 < k)).copied(),
+            Ordered::Large(m) => m.range(k..).next().map(|(&a, &b)| (a, b)),
+        }
+    }
+
+    /// The first entry with key > k.
+    #[inline]
+    fn after(&self, k: u128) -> Option<(u128, BlockId)> {
+        match self {
+            Ordered::Small(v) => v.get(v.partition_point(|e| e.0 <= k)).copied(),
+            Ordered::Large(m) => {
+                use std::ops::Bound::{Excluded, Unbounded};
+                m.range((Excluded(k), Unbounded)).next().map(|(&a, &b)| (a, b))
+            }
+        }
+    }
+
+    /// The last entry with key < k.
+    #[inline]
+    fn before(&self, k: u128) -> Option<(u128, BlockId)> {
+        match self {
+            Ordered::Small(v) => v.partition_point(|e| e.0 < k).checked_sub(1).map(|at| v[at]),
+            Ordered::Large(m) => m.range(..k).next_back().map(|(&a, &b)| (a, b)),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = (u128, BlockId)> + '_> {
+        match self {
+            Ordered::Small(v) => Box::new(v.iter().copied()),
+            Ordered::Large(m) => Box::new(m.iter().map(|(&a, &b)| (a, b))),
+        }
+    }
+}
+
 /// The free set of one pool: per stream (sorted by stream handle), blocks by (size, address).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FreeBlocks {
-    streams: Vec<(StreamId, BTreeMap<u128, BlockId>)>,
+    streams: Vec<(StreamId, Ordered)>,
     len: usize,
 }
 
 impl FreeBlocks {
     #[inline]
-    fn stream(&self, stream: StreamId) -> Option<&BTreeMap<u128, BlockId>> {
+    fn stream(&self, stream: StreamId) -> Option<&Ordered> {
+        if let Some((s, m)) = self.streams.first() {
+            if *s == stream {
+                return Some(m);
+            }
+        }
         self.streams.iter().find(|(s, _)| *s == stream).map(|(_, m)| m)
     }
 
     #[inline]
-    fn stream_mut(&mut self, stream: StreamId) -> &mut BTreeMap<u128, BlockId> {
+    fn stream_mut(&mut self, stream: StreamId) -> &mut Ordered {
         let at = match self.streams.iter().position(|(s, _)| *s == stream) {
             Some(at) => at,
             None => {
                 let at = self.streams.partition_point(|(s, _)| *s < stream);
-                self.streams.insert(at, (stream, BTreeMap::new()));
+                self.streams.insert(at, (stream, Ordered::default()));
                 at
             }
         };
@@ -64,7 +172,7 @@ impl FreeBlocks {
     /// Inserts a free block; false if it was already there.
     #[inline]
     pub fn insert(&mut self, stream: StreamId, size: u64, addr: u64, id: BlockId) -> bool {
-        let inserted = self.stream_mut(stream).insert(key(size, addr), id).is_none();
+        let inserted = self.stream_mut(stream).insert(key(size, addr), id);
         self.len += inserted as usize;
         inserted
     }
@@ -72,14 +180,14 @@ impl FreeBlocks {
     /// Removes a free block; false if it was not there.
     #[inline]
     pub fn remove(&mut self, stream: StreamId, size: u64, addr: u64) -> bool {
-        let removed = self.stream_mut(stream).remove(&key(size, addr)).is_some();
+        let removed = self.stream_mut(stream).remove(key(size, addr));
         self.len -= removed as usize;
         removed
     }
 
     /// Whether exactly this block is in the set.
     pub fn contains(&self, stream: StreamId, size: u64, addr: u64, id: BlockId) -> bool {
-        self.stream(stream).and_then(|m| m.get(&key(size, addr))) == Some(&id)
+        self.stream(stream).and_then(|m| m.get(key(size, addr))) == Some(id)
     }
 
     /// Number of free blocks.
@@ -90,7 +198,7 @@ impl FreeBlocks {
     /// The first free block on `stream` with size >= `size` (lowest address among equals).
     #[inline]
     pub fn lower_bound(&self, stream: StreamId, size: u64) -> Option<FreeEntry> {
-        let (&k, &id) = self.stream(stream)?.range(key(size, 0)..).next()?;
+        let (k, id) = self.stream(stream)?.at_or_after(key(size, 0))?;
         Some(entry(stream, k, id))
     }
 
@@ -98,28 +206,27 @@ impl FreeBlocks {
     /// the largest one smaller than `size`.
     #[inline]
     pub fn before(&self, stream: StreamId, size: u64) -> Option<FreeEntry> {
-        let (&k, &id) = self.stream(stream)?.range(..key(size, 0)).next_back()?;
+        let (k, id) = self.stream(stream)?.before(key(size, 0))?;
         Some(entry(stream, k, id))
     }
 
     /// The free block on the same stream just before `e`.
     #[inline]
     pub fn predecessor(&self, e: FreeEntry) -> Option<FreeEntry> {
-        let (&k, &id) = self.stream(e.stream)?.range(..key(e.size, e.addr)).next_back()?;
+        let (k, id) = self.stream(e.stream)?.before(key(e.size, e.addr))?;
         Some(entry(e.stream, k, id))
     }
 
     /// The free block on the same stream just after `e`.
     #[inline]
     pub fn successor(&self, e: FreeEntry) -> Option<FreeEntry> {
-        use std::ops::Bound::{Excluded, Unbounded};
-        let (&k, &id) = self.stream(e.stream)?.range((Excluded(key(e.size, e.addr)), Unbounded)).next()?;
+        let (k, id) = self.stream(e.stream)?.after(key(e.size, e.addr))?;
         Some(entry(e.stream, k, id))
     }
 
     /// Every free block in (stream, size, address) order.
     pub fn iter(&self) -> impl Iterator<Item = FreeEntry> + '_ {
-        self.streams.iter().flat_map(|(s, m)| m.iter().map(move |(&k, &id)| entry(*s, k, id)))
+        self.streams.iter().flat_map(|(s, m)| m.iter().map(move |(k, id)| entry(*s, k, id)))
     }
 }
 

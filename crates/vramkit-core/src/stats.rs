@@ -121,6 +121,28 @@ impl StatArray {
         }
     }
 
+    /// An increase of the aggregate and the pool's entry.
+    #[inline]
+    fn inc(&mut self, pool: PoolKind, amount: u64) {
+        let amount = amount as i64;
+        self.all.increase(amount);
+        match pool {
+            PoolKind::Small => self.small_pool.increase(amount),
+            PoolKind::Large => self.large_pool.increase(amount),
+        }
+    }
+
+    /// A decrease of the aggregate and the pool's entry.
+    #[inline]
+    fn dec(&mut self, pool: PoolKind, amount: u64) {
+        let amount = amount as i64;
+        self.all.decrease(amount);
+        match pool {
+            PoolKind::Small => self.small_pool.decrease(amount),
+            PoolKind::Large => self.large_pool.decrease(amount),
+        }
+    }
+
     fn for_each(&mut self, f: impl Fn(&mut Stat)) {
         f(&mut self.all);
         f(&mut self.small_pool);
@@ -300,13 +322,15 @@ impl DeviceStats {
         oversize: bool,
         inactive_split_delta: (i64, i64),
     ) {
-        self.inactive_split.add(pool, inactive_split_delta.0);
-        self.inactive_split_bytes.add(pool, inactive_split_delta.1);
-        self.allocation.add(pool, 1);
-        self.allocated_bytes.add(pool, size as i64);
-        self.active.add(pool, 1);
-        self.active_bytes.add(pool, size as i64);
-        self.requested_bytes.add(pool, requested as i64);
+        if inactive_split_delta != (0, 0) {
+            self.inactive_split.add(pool, inactive_split_delta.0);
+            self.inactive_split_bytes.add(pool, inactive_split_delta.1);
+        }
+        self.allocation.inc(pool, 1);
+        self.allocated_bytes.inc(pool, size);
+        self.active.inc(pool, 1);
+        self.active_bytes.inc(pool, size);
+        self.requested_bytes.inc(pool, requested);
         if oversize {
             self.oversize_allocations.increase(1);
         }
@@ -315,8 +339,8 @@ impl DeviceStats {
     /// 4.1: the user freed a block (`free_requested`).
     #[inline]
     pub(crate) fn account_free_requested(&mut self, pool: PoolKind, size: u64, oversize: bool) {
-        self.allocation.add(pool, -1);
-        self.allocated_bytes.add(pool, -(size as i64));
+        self.allocation.dec(pool, 1);
+        self.allocated_bytes.dec(pool, size);
         if oversize {
             self.oversize_allocations.decrease(1);
         }
@@ -331,11 +355,13 @@ impl DeviceStats {
         requested: u64,
         inactive_split_delta: (i64, i64),
     ) {
-        self.inactive_split.add(pool, inactive_split_delta.0);
-        self.inactive_split_bytes.add(pool, inactive_split_delta.1);
-        self.active.add(pool, -1);
-        self.active_bytes.add(pool, -(size_before_merge as i64));
-        self.requested_bytes.add(pool, -(requested as i64));
+        if inactive_split_delta != (0, 0) {
+            self.inactive_split.add(pool, inactive_split_delta.0);
+            self.inactive_split_bytes.add(pool, inactive_split_delta.1);
+        }
+        self.active.dec(pool, 1);
+        self.active_bytes.dec(pool, size_before_merge);
+        self.requested_bytes.dec(pool, requested);
     }
 
     /// A segment rebuilt from a snapshot (`restore`): counted as if allocated.

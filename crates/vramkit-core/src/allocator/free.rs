@@ -148,23 +148,25 @@ impl<D: Device> CachingAllocator<D> {
         } else {
             self.pools[s.pool.0 as usize].unmapped.remove(&(s.stream, s.addr));
         }
-        let s = self.blocks.remove(src);
-        let d_prev = self.blocks[dst].prev;
-        if d_prev == Some(src) {
+        let s = &mut self.blocks[src];
+        let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
+        let s_context = s.context_when_segment_allocated.take();
+        self.blocks.discard(src);
+        if self.blocks[dst].prev == Some(src) {
             let d = &mut self.blocks[dst];
-            d.addr = s.addr;
-            d.prev = s.prev;
-            d.context_when_segment_allocated = s.context_when_segment_allocated;
-            if let Some(p) = s.prev {
+            d.addr = s_addr;
+            d.prev = s_prev;
+            d.context_when_segment_allocated = s_context;
+            if let Some(p) = s_prev {
                 self.blocks[p].next = Some(dst);
             }
         } else {
-            self.blocks[dst].next = s.next;
-            if let Some(n) = s.next {
+            self.blocks[dst].next = s_next;
+            if let Some(n) = s_next {
                 self.blocks[n].prev = Some(dst);
             }
         }
-        self.blocks[dst].size += s.size;
-        s.size
+        self.blocks[dst].size += s_size;
+        s_size
     }
 }
