@@ -30,6 +30,7 @@ mod read;
 pub mod rmm;
 mod settings;
 mod tree;
+mod words;
 mod write;
 
 pub use encode::to_value;
