@@ -205,6 +205,9 @@ impl<'t> Reader<'t> {
 
     /// A string as a schema word; each string node is classified once.
     pub(crate) fn word(&mut self, item: Item) -> Result<Word, SchemaErr> {
+        if !self.tree.is_str(item) {
+            return Err(self.wrong("a str", item));
+        }
         let id = item.node_id();
         if let Some(&mut code) = id.and_then(|id| self.slot(id)) {
             if code > 0 {
@@ -272,15 +275,16 @@ impl<'t> Reader<'t> {
 
     /// A frames list; the same list object gives the same `Arc`.
     pub(crate) fn frames(&mut self, item: Item) -> Result<Frames, SchemaErr> {
-        let Some(id) = item.node_id() else {
+        // Check the kind first: the slot of a node means different things
+        // for lists, dicts and strs.
+        let (Some(id), Some(items)) = (item.node_id(), self.tree.as_seq(item)) else {
             return Err(self.wrong("a list of frames", item));
         };
         if let Some(&mut slot) = self.slot(id) {
-            if slot > 0 {
-                return Ok(self.decoded_frames[slot as usize - 1].clone());
+            if let Some(frames) = (slot as usize).checked_sub(1).and_then(|i| self.decoded_frames.get(i)) {
+                return Ok(frames.clone());
             }
         }
-        let items = self.seq(item)?;
         // Distinct list objects often hold the very same frame objects
         // (PyTorch memoizes each frame dict); such lists share one `Arc`.
         let index = match self.frames_by_items.get(&ItemsKey(items)) {
@@ -306,14 +310,15 @@ impl<'t> Reader<'t> {
 
     /// One frame; a frame dict shared by many stacks is decoded once.
     fn frame(&mut self, item: Item) -> Result<Frame, SchemaErr> {
+        let pairs = self.dict(item)?;
         let id = item.node_id();
         if let Some(&mut slot) = id.and_then(|id| self.slot(id)) {
-            if slot > 0 {
-                return Ok(self.decoded_frame[slot as usize - 1].clone());
+            if let Some(frame) = (slot as usize).checked_sub(1).and_then(|i| self.decoded_frame.get(i)) {
+                return Ok(frame.clone());
             }
         }
         let (mut filename, mut line, mut name) = (None, None, None);
-        for &(k, v) in self.dict(item)? {
+        for &(k, v) in pairs {
             match self.word(k)? {
                 Word::Filename => filename = Some(self.str(v).at("filename")?),
                 Word::Line => line = Some(self.i64(v).at("line")?),

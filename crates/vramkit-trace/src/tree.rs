@@ -230,6 +230,10 @@ impl Tree {
         self.text.get(start..start + len).unwrap_or_default()
     }
 
+    pub(crate) fn is_str(&self, item: Item) -> bool {
+        matches!(self.node(item), Some(Node::Str { .. }))
+    }
+
     pub(crate) fn as_str(&self, item: Item) -> Option<&str> {
         match self.node(item) {
             Some(&Node::Str { start, len }) => Some(self.text(start, len)),

@@ -92,3 +92,21 @@ fn corrupting_bytes_near_the_start_never_panics() {
         data[at] = original[at];
     }
 }
+
+#[test]
+fn retargeted_memo_references_never_panic() {
+    // Point BINGETs (0x68 + index) at other memoized objects, so objects
+    // appear in roles they were not made for (a frame where a frames list
+    // belongs, a key string where a dict belongs, ...).
+    let original = small_real_file();
+    let positions: Vec<usize> = original.windows(2).enumerate().filter(|(_, w)| w[0] == b'h').map(|(i, _)| i + 1).collect();
+    let step = (positions.len() / 200).max(1);
+    let mut data = original.clone();
+    for &at in positions.iter().step_by(step) {
+        for delta in [1u8, 7, 100] {
+            data[at] = original[at].wrapping_add(delta);
+            let _ = read_snapshot_bytes(&data);
+        }
+        data[at] = original[at];
+    }
+}

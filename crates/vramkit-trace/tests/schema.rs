@@ -168,3 +168,38 @@ fn unknown_content_is_refused_by_sniffing() {
     }
     assert!(read_snapshot_bytes(b"\xEF\xBB\xBF  \n [] ").is_ok(), "BOM and blanks before JSON are fine");
 }
+
+#[test]
+fn one_object_used_in_two_roles_is_an_error_not_a_mixup() {
+    // The writer memoizes by identity, so the same dict is referenced twice:
+    // once as a frame, once where a frames list belongs.
+    let frame = Value::dict(vec![
+        (Value::str("filename"), Value::str("a.py")),
+        (Value::str("line"), Value::int(1)),
+        (Value::str("name"), Value::str("f")),
+    ]);
+    let entry = |frames: Value| {
+        Value::dict(vec![
+            (Value::str("action"), Value::str("alloc")),
+            (Value::str("addr"), Value::int(512)),
+            (Value::str("size"), Value::int(4)),
+            (Value::str("stream"), Value::int(0)),
+            (Value::str("frames"), frames),
+        ])
+    };
+    let doc = Value::dict(vec![
+        (Value::str("segments"), Value::list(vec![])),
+        (Value::str("device_traces"), Value::list(vec![Value::list(vec![entry(Value::list(vec![frame.clone()])), entry(frame)])])),
+    ]);
+    let bytes = vramkit_trace::pickle::write::to_vec(&doc).expect("writes");
+    match read_snapshot_bytes(&bytes) {
+        Err(TraceError::Schema { key_path, expected, .. }) => {
+            assert_eq!((key_path.as_str(), expected.as_str()), ("device_traces[0][1].frames", "a list of frames"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A key string reused as a value where a list belongs.
+    let doc = Value::dict(vec![(Value::str("segments"), Value::str("segments"))]);
+    let bytes = vramkit_trace::pickle::write::to_vec(&doc).expect("writes");
+    assert!(matches!(read_snapshot_bytes(&bytes), Err(TraceError::Schema { .. })));
+}
