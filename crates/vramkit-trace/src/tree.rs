@@ -157,9 +157,9 @@ impl Tree {
     pub(crate) fn with_capacity_for(input_bytes: usize) -> Tree {
         Tree {
             nodes: Vec::with_capacity(input_bytes / 48),
-            text: String::with_capacity(input_bytes / 8),
+            text: String::with_capacity(input_bytes / 4),
             items: Vec::with_capacity(input_bytes / 4),
-            pairs: Vec::with_capacity(input_bytes / 48),
+            pairs: Vec::with_capacity(input_bytes / 16),
         }
     }
 

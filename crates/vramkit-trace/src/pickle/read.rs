@@ -50,7 +50,7 @@ pub(crate) fn parse(data: &[u8]) -> Result<Parsed, TraceError> {
         tree: Tree::with_capacity_for(data.len()),
         stack: Vec::new(),
         marks: Vec::new(),
-        memo: Vec::new(),
+        memo: Vec::with_capacity(data.len() / 64),
         memo_sparse: FxHashMap::default(),
         memo_len: 0,
         protocol: None,
