@@ -457,16 +457,41 @@ impl<'a> Unpickler<'a> {
     /// A run of `BINGET`/`LONG_BINGET` (a stack's frames, typically), in a
     /// tight loop: cheaper than going through the opcode dispatch each time.
     fn get_run(&mut self, mut code: u8, mut at: usize) -> Result<(), TraceError> {
+        let data = self.data;
+        let mut pos = self.pos;
         loop {
-            let index = if code == op::BINGET { usize::from(self.u8(at, code)?) } else { self.u32(at, code)? as usize };
-            self.get(index, at, code)?;
-            match self.data.get(self.pos) {
+            let index = if code == op::BINGET {
+                let Some(&index) = data.get(pos) else {
+                    self.pos = pos;
+                    return self.u8(at, code).map(|_| ());
+                };
+                pos += 1;
+                usize::from(index)
+            } else {
+                let Some(&[a, b, c, d]) = data.get(pos..pos + 4) else {
+                    self.pos = pos;
+                    return self.u32(at, code).map(|_| ());
+                };
+                pos += 4;
+                u32::from_le_bytes([a, b, c, d]) as usize
+            };
+            match self.memo.get(index) {
+                Some(&item) if item != Item::UNSET => self.stack.push(item),
+                _ => {
+                    self.pos = pos;
+                    self.get(index, at, code)?;
+                }
+            }
+            match data.get(pos) {
                 Some(&next @ (op::BINGET | op::LONG_BINGET)) => {
-                    at = self.pos;
-                    self.pos += 1;
+                    at = pos;
+                    pos += 1;
                     code = next;
                 }
-                _ => return Ok(()),
+                _ => {
+                    self.pos = pos;
+                    return Ok(());
+                }
             }
         }
     }
