@@ -44,7 +44,11 @@ impl SchemaErr {
     }
 
     pub(crate) fn missing(key: &str) -> SchemaErr {
-        SchemaErr { path: vec![Seg::Key(key.to_owned())], expected: "this key".to_owned(), found: "no such key".to_owned() }
+        SchemaErr {
+            path: vec![Seg::Key(key.to_owned())],
+            expected: "this key".to_owned(),
+            found: "no such key".to_owned(),
+        }
     }
 
     pub(crate) fn key(mut self, key: &str) -> SchemaErr {
@@ -411,7 +415,11 @@ impl<'t> Reader<'t> {
         Ok(file)
     }
 
-    fn segments(&mut self, item: Item, history: &mut Vec<Vec<Vec<HistoryEntry>>>) -> Result<Vec<SegmentInfo>, SchemaErr> {
+    fn segments(
+        &mut self,
+        item: Item,
+        history: &mut Vec<Vec<Vec<HistoryEntry>>>,
+    ) -> Result<Vec<SegmentInfo>, SchemaErr> {
         let items = self.seq(item)?;
         let mut out = Vec::with_capacity(items.len());
         for (i, &segment) in items.iter().enumerate() {
@@ -632,7 +640,11 @@ impl<'t> Reader<'t> {
         Ok((block, history))
     }
 
-    fn device_traces(&mut self, item: Item, skipped: &mut Vec<SkippedEntry>) -> Result<Vec<Vec<TraceEntry>>, SchemaErr> {
+    fn device_traces(
+        &mut self,
+        item: Item,
+        skipped: &mut Vec<SkippedEntry>,
+    ) -> Result<Vec<Vec<TraceEntry>>, SchemaErr> {
         let devices = self.seq(item)?;
         let mut out = Vec::with_capacity(devices.len());
         for (device, &trace) in devices.iter().enumerate() {

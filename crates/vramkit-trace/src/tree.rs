@@ -133,7 +133,10 @@ pub(crate) enum Node {
     Int(i128),
     Float(f64),
     /// A range of [`Tree::text`].
-    Str { start: usize, len: usize },
+    Str {
+        start: usize,
+        len: usize,
+    },
     List(Store<Item>),
     Tuple(Store<Item>),
     Dict(Store<(Item, Item)>),
@@ -337,7 +340,12 @@ impl Tree {
         Ok(value)
     }
 
-    fn freeze_all(&self, items: &[Item], depth: usize, done: &mut HashMap<NodeId, Value>) -> Result<Arc<[Value]>, TooDeep> {
+    fn freeze_all(
+        &self,
+        items: &[Item],
+        depth: usize,
+        done: &mut HashMap<NodeId, Value>,
+    ) -> Result<Arc<[Value]>, TooDeep> {
         items.iter().map(|&i| self.freeze_in(i, depth + 1, done)).collect()
     }
 }

@@ -99,7 +99,8 @@ fn retargeted_memo_references_never_panic() {
     // appear in roles they were not made for (a frame where a frames list
     // belongs, a key string where a dict belongs, ...).
     let original = small_real_file();
-    let positions: Vec<usize> = original.windows(2).enumerate().filter(|(_, w)| w[0] == b'h').map(|(i, _)| i + 1).collect();
+    let positions: Vec<usize> =
+        original.windows(2).enumerate().filter(|(_, w)| w[0] == b'h').map(|(i, _)| i + 1).collect();
     let step = (positions.len() / 200).max(1);
     let mut data = original.clone();
     for &at in positions.iter().step_by(step) {
