@@ -10,6 +10,7 @@ use crate::file::{KeySets, SkippedEntry, SnapshotFile, SnapshotFormat};
 use crate::legacy::{self, HistoryEntry, LegacyHistory};
 use crate::settings;
 use crate::tree::{FxHashMap, Item, Kind, NodeId, Tree};
+use crate::words::Word;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use vramkit_core::snapshot::{BlockInfo, BlockState, Frame, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry};
@@ -43,7 +44,11 @@ impl SchemaErr {
     }
 
     pub(crate) fn missing(key: &str) -> SchemaErr {
-        SchemaErr { path: vec![Seg::Key(key.to_owned())], expected: "this key".to_owned(), found: "no such key".to_owned() }
+        SchemaErr {
+            path: vec![Seg::Key(key.to_owned())],
+            expected: "this key".to_owned(),
+            found: "no such key".to_owned(),
+        }
     }
 
     pub(crate) fn key(mut self, key: &str) -> SchemaErr {
@@ -149,10 +154,17 @@ impl std::hash::Hash for ItemsKey<'_> {
 /// Typed access to a [`Tree`], with the per-file caches.
 pub(crate) struct Reader<'t> {
     pub(crate) tree: &'t Tree,
-    /// Frames by the list object they came from.
-    frames: FxHashMap<NodeId, Frames>,
+    /// Per node, 0 until decoded, then: for a frames list, 1 + its index in
+    /// `decoded_frames`; for a frame dict, 1 + its index in `decoded_frame`;
+    /// for a str, its [`Word::code`].
+    /// Indexed by node, so no hashing on the hot path.
+    node_slot: Vec<u32>,
+    /// Frames lists decoded so far.
+    decoded_frames: Vec<Frames>,
+    /// Frames decoded so far.
+    decoded_frame: Vec<Frame>,
     /// Frames by the frame objects they hold (node references only).
-    frames_by_items: FxHashMap<ItemsKey<'t>, Frames>,
+    frames_by_items: FxHashMap<ItemsKey<'t>, u32>,
     top: Seen,
     segment: Seen,
     block: Seen,
@@ -163,7 +175,9 @@ impl<'t> Reader<'t> {
     pub(crate) fn new(tree: &'t Tree) -> Reader<'t> {
         Reader {
             tree,
-            frames: FxHashMap::default(),
+            node_slot: Vec::new(),
+            decoded_frames: Vec::new(),
+            decoded_frame: Vec::new(),
             frames_by_items: FxHashMap::default(),
             top: Seen::default(),
             segment: Seen::default(),
@@ -191,6 +205,24 @@ impl<'t> Reader<'t> {
     /// A dict key that must be a string.
     pub(crate) fn key_name(&self, item: Item) -> Result<&'t str, SchemaErr> {
         self.tree.as_str(item).ok_or_else(|| self.wrong("a str key", item))
+    }
+
+    /// A string as a schema word; each string node is classified once.
+    pub(crate) fn word(&mut self, item: Item) -> Result<Word, SchemaErr> {
+        if !self.tree.is_str(item) {
+            return Err(self.wrong("a str", item));
+        }
+        let id = item.node_id();
+        if let Some(&mut code) = id.and_then(|id| self.slot(id)) {
+            if code > 0 {
+                return Ok(Word::from_code(code));
+            }
+        }
+        let word = Word::classify(self.str(item)?);
+        if let Some(slot) = id.and_then(|id| self.slot(id)) {
+            *slot = word.code();
+        }
+        Ok(word)
     }
 
     pub(crate) fn u64(&self, item: Item) -> Result<u64, SchemaErr> {
@@ -236,50 +268,79 @@ impl<'t> Reader<'t> {
         })
     }
 
-    /// A frames list; the same list object gives the same `Arc`.
-    pub(crate) fn frames(&mut self, item: Item) -> Result<Frames, SchemaErr> {
-        let id = match item.kind() {
-            Kind::Node(id) => id,
-            _ => return Err(self.wrong("a list of frames", item)),
-        };
-        if let Some(frames) = self.frames.get(&id) {
-            return Ok(frames.clone());
+    /// The slot of node `id` in [`Reader::node_slot`], growing the table
+    /// to the tree's node count on first use.
+    fn slot(&mut self, id: NodeId) -> Option<&mut u32> {
+        if self.node_slot.is_empty() {
+            self.node_slot = vec![0; self.tree.nodes.len()];
         }
-        let items = self.seq(item)?;
-        // Distinct list objects often hold the very same frame objects
-        // (PyTorch memoizes each frame dict); such lists share one `Arc`.
-        if let Some(frames) = self.frames_by_items.get(&ItemsKey(items)) {
-            let frames = frames.clone();
-            self.frames.insert(id, frames.clone());
-            return Ok(frames);
-        }
-        let mut out = Vec::with_capacity(items.len());
-        for (i, &frame) in items.iter().enumerate() {
-            out.push(self.frame(frame).at_index(i)?);
-        }
-        let frames: Frames = Arc::from(out);
-        self.frames.insert(id, frames.clone());
-        if items.iter().all(|item| item.node_id().is_some()) {
-            self.frames_by_items.insert(ItemsKey(items), frames.clone());
-        }
-        Ok(frames)
+        self.node_slot.get_mut(id)
     }
 
-    fn frame(&self, item: Item) -> Result<Frame, SchemaErr> {
+    /// A frames list; the same list object gives the same `Arc`.
+    pub(crate) fn frames(&mut self, item: Item) -> Result<Frames, SchemaErr> {
+        // Check the kind first: the slot of a node means different things
+        // for lists, dicts and strs.
+        let (Some(id), Some(items)) = (item.node_id(), self.tree.as_seq(item)) else {
+            return Err(self.wrong("a list of frames", item));
+        };
+        if let Some(&mut slot) = self.slot(id) {
+            if let Some(frames) = (slot as usize).checked_sub(1).and_then(|i| self.decoded_frames.get(i)) {
+                return Ok(frames.clone());
+            }
+        }
+        // Distinct list objects often hold the very same frame objects
+        // (PyTorch memoizes each frame dict); such lists share one `Arc`.
+        let index = match self.frames_by_items.get(&ItemsKey(items)) {
+            Some(&index) => index,
+            None => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, &frame) in items.iter().enumerate() {
+                    out.push(self.frame(frame).at_index(i)?);
+                }
+                self.decoded_frames.push(Arc::from(out));
+                let index = self.decoded_frames.len() as u32;
+                if items.iter().all(|item| item.node_id().is_some()) {
+                    self.frames_by_items.insert(ItemsKey(items), index);
+                }
+                index
+            }
+        };
+        if let Some(slot) = self.slot(id) {
+            *slot = index;
+        }
+        Ok(self.decoded_frames[index as usize - 1].clone())
+    }
+
+    /// One frame; a frame dict shared by many stacks is decoded once.
+    fn frame(&mut self, item: Item) -> Result<Frame, SchemaErr> {
+        let pairs = self.dict(item)?;
+        let id = item.node_id();
+        if let Some(&mut slot) = id.and_then(|id| self.slot(id)) {
+            if let Some(frame) = (slot as usize).checked_sub(1).and_then(|i| self.decoded_frame.get(i)) {
+                return Ok(frame.clone());
+            }
+        }
         let (mut filename, mut line, mut name) = (None, None, None);
-        for &(k, v) in self.dict(item)? {
-            match self.key_name(k)? {
-                "filename" => filename = Some(self.str(v).at("filename")?),
-                "line" => line = Some(self.i64(v).at("line")?),
-                "name" => name = Some(self.str(v).at("name")?),
+        for &(k, v) in pairs {
+            match self.word(k)? {
+                Word::Filename => filename = Some(self.str(v).at("filename")?),
+                Word::Line => line = Some(self.i64(v).at("line")?),
+                Word::Name => name = Some(self.str(v).at("name")?),
                 _ => {}
             }
         }
-        Ok(Frame {
+        let frame = Frame {
             filename: filename.ok_or_else(|| SchemaErr::missing("filename"))?.to_owned(),
             line: line.ok_or_else(|| SchemaErr::missing("line"))?,
             name: name.ok_or_else(|| SchemaErr::missing("name"))?.to_owned(),
-        })
+        };
+        self.decoded_frame.push(frame.clone());
+        let index = self.decoded_frame.len() as u32;
+        if let Some(slot) = id.and_then(|id| self.slot(id)) {
+            *slot = index;
+        }
+        Ok(frame)
     }
 
     fn file(&mut self, root: Item, protocol: Option<u8>) -> Result<SnapshotFile, SchemaErr> {
@@ -302,21 +363,22 @@ impl<'t> Reader<'t> {
             let pairs = self.tree.as_dict(root).ok_or_else(|| self.wrong("a dict or a list of segments", root))?;
             let mut segments = None;
             for &(k, v) in pairs {
-                let key = self.key_name(k)?;
-                match key {
-                    "segments" => {
+                let word = self.word(k)?;
+                let key = word.name();
+                match word {
+                    Word::Segments => {
                         self.top.mask |= 1;
                         segments = Some(self.segments(v, &mut history).at(key)?);
                     }
-                    "device_traces" => {
+                    Word::DeviceTraces => {
                         self.top.mask |= 1 << 1;
                         file.snapshot.device_traces = self.device_traces(v, &mut file.skipped_entries).at(key)?;
                     }
-                    "allocator_settings" => {
+                    Word::AllocatorSettings => {
                         self.top.mask |= 1 << 2;
                         file.allocator_settings = Some(settings::decode(self, v).at(key)?);
                     }
-                    "external_annotations" => {
+                    Word::ExternalAnnotations => {
                         self.top.mask |= 1 << 3;
                         let items = self.seq(v).at(key)?;
                         let mut out = Vec::with_capacity(items.len());
@@ -326,6 +388,7 @@ impl<'t> Reader<'t> {
                         file.external_annotations = Some(out);
                     }
                     _ => {
+                        let key = self.key_name(k)?;
                         self.top.unknown.insert(key.to_owned());
                         file.other.push((key.to_owned(), self.value(v).at(key)?));
                     }
@@ -352,7 +415,11 @@ impl<'t> Reader<'t> {
         Ok(file)
     }
 
-    fn segments(&mut self, item: Item, history: &mut Vec<Vec<Vec<HistoryEntry>>>) -> Result<Vec<SegmentInfo>, SchemaErr> {
+    fn segments(
+        &mut self,
+        item: Item,
+        history: &mut Vec<Vec<Vec<HistoryEntry>>>,
+    ) -> Result<Vec<SegmentInfo>, SchemaErr> {
         let items = self.seq(item)?;
         let mut out = Vec::with_capacity(items.len());
         for (i, &segment) in items.iter().enumerate() {
@@ -379,61 +446,63 @@ impl<'t> Reader<'t> {
         let mut seen = 0u32;
         let pairs = self.dict(item)?;
         for &(k, v) in pairs {
-            let key = self.key_name(k)?;
-            match key {
-                "device" => {
+            let word = self.word(k)?;
+            let key = word.name();
+            match word {
+                Word::Device => {
                     seen |= 1;
                     device = Some(self.i64(v).at(key)?);
                 }
-                "address" => {
+                Word::Address => {
                     seen |= 1 << 1;
                     address = Some(self.u64(v).at(key)?);
                 }
-                "total_size" => {
+                Word::TotalSize => {
                     seen |= 1 << 2;
                     total_size = Some(self.u64(v).at(key)?);
                 }
-                "allocated_size" => {
+                Word::AllocatedSize => {
                     seen |= 1 << 3;
                     allocated_size = Some(self.u64(v).at(key)?);
                 }
-                "active_size" => {
+                Word::ActiveSize => {
                     seen |= 1 << 4;
                     active_size = Some(self.u64(v).at(key)?);
                 }
-                "requested_size" => {
+                Word::RequestedSize => {
                     seen |= 1 << 5;
                     requested_size = Some(self.u64(v).at(key)?);
                 }
-                "stream" => {
+                Word::Stream => {
                     seen |= 1 << 6;
                     stream = Some(self.u64(v).at(key)?);
                 }
-                "segment_type" => {
+                Word::SegmentType => {
                     seen |= 1 << 7;
-                    segment_type = Some(match self.str(v).at(key)? {
-                        "small" => PoolKind::Small,
-                        "large" => PoolKind::Large,
+                    segment_type = Some(match self.word(v).at(key)? {
+                        Word::Small => PoolKind::Small,
+                        Word::Large => PoolKind::Large,
                         _ => return Err(self.wrong("\"small\" or \"large\"", v).key(key)),
                     });
                 }
-                "segment_pool_id" => {
+                Word::SegmentPoolId => {
                     seen |= 1 << 8;
                     segment_pool_id = self.pool_id(v).at(key)?;
                 }
-                "is_expandable" => {
+                Word::IsExpandable => {
                     seen |= 1 << 9;
                     is_expandable = self.bool(v).at(key)?;
                 }
-                "frames" => {
+                Word::Frames => {
                     seen |= 1 << 10;
                     frames = Some(self.frames(v).at(key)?);
                 }
-                "blocks" => {
+                Word::Blocks => {
                     seen |= 1 << 11;
                     blocks = Some(v);
                 }
                 _ => {
+                    let key = self.key_name(k)?;
                     self.segment.unknown.insert(key.to_owned());
                 }
             }
@@ -507,26 +576,27 @@ impl<'t> Reader<'t> {
         let mut history = None;
         let mut seen = 0u32;
         for &(k, v) in self.dict(item)? {
-            let key = self.key_name(k)?;
-            match key {
-                "address" => {
+            let word = self.word(k)?;
+            let key = word.name();
+            match word {
+                Word::Address => {
                     seen |= 1;
                     address = Some(self.u64(v).at(key)?);
                 }
-                "size" => {
+                Word::Size => {
                     seen |= 1 << 1;
                     size = Some(self.u64(v).at(key)?);
                 }
-                "requested_size" => {
+                Word::RequestedSize => {
                     seen |= 1 << 2;
                     requested_size = Some(self.u64(v).at(key)?);
                 }
-                "state" => {
+                Word::State => {
                     seen |= 1 << 3;
-                    state = Some(match self.str(v).at(key)? {
-                        "active_allocated" => BlockState::ActiveAllocated,
-                        "active_pending_free" | "active_awaiting_free" => BlockState::ActivePendingFree,
-                        "inactive" => BlockState::Inactive,
+                    state = Some(match self.word(v).at(key)? {
+                        Word::ActiveAllocated => BlockState::ActiveAllocated,
+                        Word::ActivePendingFree | Word::ActiveAwaitingFree => BlockState::ActivePendingFree,
+                        Word::Inactive => BlockState::Inactive,
                         _ => {
                             return Err(self
                                 .wrong("\"active_allocated\", \"active_pending_free\" or \"inactive\"", v)
@@ -534,15 +604,16 @@ impl<'t> Reader<'t> {
                         }
                     });
                 }
-                "frames" => {
+                Word::Frames => {
                     seen |= 1 << 4;
                     frames = Some(self.frames(v).at(key)?);
                 }
-                "history" => {
+                Word::History => {
                     seen |= 1 << 5;
                     history = Some(legacy::decode_history(self, v).at(key)?);
                 }
                 _ => {
+                    let key = self.key_name(k)?;
                     self.block.unknown.insert(key.to_owned());
                 }
             }
@@ -569,7 +640,11 @@ impl<'t> Reader<'t> {
         Ok((block, history))
     }
 
-    fn device_traces(&mut self, item: Item, skipped: &mut Vec<SkippedEntry>) -> Result<Vec<Vec<TraceEntry>>, SchemaErr> {
+    fn device_traces(
+        &mut self,
+        item: Item,
+        skipped: &mut Vec<SkippedEntry>,
+    ) -> Result<Vec<Vec<TraceEntry>>, SchemaErr> {
         let devices = self.seq(item)?;
         let mut out = Vec::with_capacity(devices.len());
         for (device, &trace) in devices.iter().enumerate() {
@@ -599,61 +674,63 @@ impl<'t> Reader<'t> {
         let mut entry = TraceEntry::new(TraceAction::Alloc, 0, 0, 0);
         let mut seen = 0u32;
         for &(k, v) in self.dict(item)? {
-            let key = self.key_name(k)?;
-            match key {
-                "action" => {
+            let word = self.word(k)?;
+            let key = word.name();
+            match word {
+                Word::Action => {
                     seen |= 1;
-                    action = Some(self.str(v).at(key)?);
+                    action = Some(self.word(v).at(key)?);
                 }
-                "addr" => {
+                Word::Addr => {
                     seen |= 1 << 1;
                     addr = Some(v);
                 }
-                "device_free" => {
+                Word::DeviceFree => {
                     seen |= 1 << 2;
                     device_free = Some(v);
                 }
-                "size" => {
+                Word::Size => {
                     seen |= 1 << 3;
                     size = Some(v);
                 }
-                "stream" => {
+                Word::Stream => {
                     seen |= 1 << 4;
                     stream = Some(v);
                 }
-                "time_us" => {
+                Word::TimeUs => {
                     seen |= 1 << 5;
                     entry.time_us = Some(self.u64(v).at(key)?);
                 }
-                "compile_context" => {
+                Word::CompileContext => {
                     seen |= 1 << 6;
                     entry.compile_context = Some(self.str(v).at(key)?.to_owned());
                 }
-                "user_metadata" => {
+                Word::UserMetadata => {
                     seen |= 1 << 7;
                     entry.user_metadata = Some(self.str(v).at(key)?.to_owned());
                 }
-                "frames" => {
+                Word::Frames => {
                     seen |= 1 << 8;
                     entry.frames = Some(self.frames(v).at(key)?);
                 }
                 _ => {
+                    let key = self.key_name(k)?;
                     self.entry.unknown.insert(key.to_owned());
                 }
             }
         }
         let action = action.ok_or_else(|| SchemaErr::missing("action"))?;
         entry.action = match action {
-            "alloc" => TraceAction::Alloc,
-            "free_requested" => TraceAction::FreeRequested,
-            "free_completed" => TraceAction::FreeCompleted,
-            "segment_alloc" => TraceAction::SegmentAlloc,
-            "segment_free" => TraceAction::SegmentFree,
-            "segment_map" => TraceAction::SegmentMap,
-            "segment_unmap" => TraceAction::SegmentUnmap,
-            "snapshot" => TraceAction::Snapshot,
-            "oom" => TraceAction::Oom,
-            "user_defined" => TraceAction::UserDefined,
+            Word::Alloc => TraceAction::Alloc,
+            Word::FreeRequested => TraceAction::FreeRequested,
+            Word::FreeCompleted => TraceAction::FreeCompleted,
+            Word::SegmentAlloc => TraceAction::SegmentAlloc,
+            Word::SegmentFree => TraceAction::SegmentFree,
+            Word::SegmentMap => TraceAction::SegmentMap,
+            Word::SegmentUnmap => TraceAction::SegmentUnmap,
+            Word::Snapshot => TraceAction::Snapshot,
+            Word::Oom => TraceAction::Oom,
+            Word::UserDefined => TraceAction::UserDefined,
             _ => return Ok(None),
         };
         self.entry.mask |= seen;

@@ -107,9 +107,16 @@ impl<'f> Encoder<'f> {
         Value::dict(pairs)
     }
 
-    fn segment(&mut self, file: &'f SnapshotFile, index: usize, segment: &'f SegmentInfo, legacy_blocks: bool) -> Value {
+    fn segment(
+        &mut self,
+        file: &'f SnapshotFile,
+        index: usize,
+        segment: &'f SegmentInfo,
+        legacy_blocks: bool,
+    ) -> Value {
         let keys = file.keys.as_ref().map(|k| &k.segment);
-        let mut pairs = vec![(self.key("device"), Value::Int(segment.device)), (self.key("address"), int(segment.address))];
+        let mut pairs =
+            vec![(self.key("device"), Value::Int(segment.device)), (self.key("address"), int(segment.address))];
         pairs.push((self.key("total_size"), int(segment.total_size)));
         for (name, value) in [
             ("allocated_size", segment.allocated_size),
@@ -133,12 +140,24 @@ impl<'f> Encoder<'f> {
             let frames = self.frames(frames);
             pairs.push((self.key("frames"), frames));
         }
-        let blocks = segment.blocks.iter().enumerate().map(|(b, block)| self.block(file, index, b, block, legacy_blocks)).collect();
+        let blocks = segment
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(b, block)| self.block(file, index, b, block, legacy_blocks))
+            .collect();
         pairs.push((self.key("blocks"), Value::list(blocks)));
         Value::dict(pairs)
     }
 
-    fn block(&mut self, file: &'f SnapshotFile, segment: usize, index: usize, block: &'f BlockInfo, legacy_blocks: bool) -> Value {
+    fn block(
+        &mut self,
+        file: &'f SnapshotFile,
+        segment: usize,
+        index: usize,
+        block: &'f BlockInfo,
+        legacy_blocks: bool,
+    ) -> Value {
         let keys = file.keys.as_ref().map(|k| &k.block);
         // In the legacy layout, `address` and `frames` were not keys of a
         // block; write them only if the source had them.
@@ -167,10 +186,7 @@ impl<'f> Encoder<'f> {
                 // A model with no recorded history: the live allocation is all we know.
                 None => legacy::encode_history(
                     self,
-                    block
-                        .state
-                        .is_active()
-                        .then_some((block.address, block.requested_size, block.frames.as_ref())),
+                    block.state.is_active().then_some((block.address, block.requested_size, block.frames.as_ref())),
                 ),
             };
             pairs.push((self.key("history"), history));

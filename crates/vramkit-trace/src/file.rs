@@ -39,7 +39,9 @@ impl SnapshotFormat {
 }
 
 /// The keys present in a file, per level (the union over all dicts of
-/// that level). The writers use them to reproduce the file's shape.
+/// that level). The writers use them to reproduce the file's shape. Keys
+/// this crate does not know are listed too; below the top level their
+/// values are not kept (top-level ones are, in [`SnapshotFile::other`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeySets {
     /// Keys of the top-level dict (empty for a segment list).
@@ -79,7 +81,8 @@ pub struct SnapshotFile {
     pub external_annotations: Option<Vec<Value>>,
     /// Top-level keys this crate does not know, in file order.
     pub other: Vec<(String, Value)>,
-    /// The blocks' `history` lists of a [`SnapshotFormat::Legacy`] file.
+    /// The blocks' `history` lists of a 2.0-era file ([`SnapshotFormat::Legacy`],
+    /// or a segment list whose blocks carry `history`).
     pub legacy_history: Option<LegacyHistory>,
     /// Trace entries with actions vramkit does not model.
     pub skipped_entries: Vec<SkippedEntry>,

@@ -11,6 +11,7 @@ use crate::decode::{AtKey, Reader, SchemaErr};
 use crate::encode::Encoder;
 use crate::pickle::value::Value;
 use crate::tree::Item;
+use crate::words::Word;
 use vramkit_core::snapshot::{BlockState, Frames};
 
 /// One allocation made in a block (an entry of a legacy `history` list).
@@ -51,11 +52,12 @@ pub(crate) fn decode_history(reader: &mut Reader<'_>, item: Item) -> Result<Vec<
 fn decode_entry(reader: &mut Reader<'_>, item: Item) -> Result<HistoryEntry, SchemaErr> {
     let (mut addr, mut real_size, mut frames) = (None, None, None);
     for &(k, v) in reader.dict(item)? {
-        let key = reader.key_name(k)?;
-        match key {
-            "addr" => addr = Some(reader.u64(v).at(key)?),
-            "real_size" => real_size = Some(reader.u64(v).at(key)?),
-            "frames" => frames = Some(reader.frames(v).at(key)?),
+        let word = reader.word(k)?;
+        let key = word.name();
+        match word {
+            Word::Addr => addr = Some(reader.u64(v).at(key)?),
+            Word::RealSize => real_size = Some(reader.u64(v).at(key)?),
+            Word::Frames => frames = Some(reader.frames(v).at(key)?),
             _ => {}
         }
     }

@@ -5,19 +5,20 @@
 //! # Architecture
 //!
 //! Reading is three steps, each in its own file. `read.rs` sniffs the
-//! encoding from the first bytes ([`sniff`]). The pickle reader ([`pickle::read`]) or
-//! the JSON reader (`json.rs`) then builds one *document*: an arena of nodes
-//! (`tree.rs`) in which a pickle memo reference is a copied index, so an
-//! object PyTorch shares 100k times is parsed once and stays one object.
-//! Finally `decode.rs` walks the document once against the snapshot schema
-//! and fills the core model ([`vramkit_core::snapshot`]) plus the parts the
-//! core does not model ([`SnapshotFile`]): typed `allocator_settings`
-//! (`settings.rs`), `external_annotations`, unknown top-level keys, the
-//! 2.0-era block `history` lists (`legacy.rs`), and which generation and
-//! keys the file had. Writing runs the other way: `encode.rs` turns a
-//! [`SnapshotFile`] into a [`Value`] of PyTorch's shape (shared stacks stay
-//! shared), and [`pickle::write`] or `json.rs` serialises it. The RMM log
-//! reader ([`rmm`]) is separate: CSV lines straight to trace entries.
+//! encoding from the first bytes ([`sniff`]). The pickle reader
+//! ([`pickle::read`]) or the JSON reader (`json.rs`) then builds one
+//! *document*: an arena of nodes (`tree.rs`) in which a pickle memo
+//! reference is a copied index, so an object PyTorch shares 100k times is
+//! parsed once and stays one object. Finally `decode.rs` walks the document
+//! once against the snapshot schema and fills the core model
+//! ([`vramkit_core::snapshot`]) plus the parts the core does not model
+//! ([`SnapshotFile`]): typed `allocator_settings` (`settings.rs`),
+//! `external_annotations`, unknown top-level keys, the 2.0-era block
+//! `history` lists (`legacy.rs`), and which generation and keys the file
+//! had. Writing runs the other way: `encode.rs` turns a [`SnapshotFile`]
+//! into a [`Value`] of PyTorch's shape (shared stacks stay shared), and
+//! [`pickle::write`] or `json.rs` serialises it. The RMM log reader
+//! ([`rmm`]) is separate: CSV lines straight to trace entries.
 
 mod decode;
 mod encode;
@@ -30,6 +31,7 @@ mod read;
 pub mod rmm;
 mod settings;
 mod tree;
+mod words;
 mod write;
 
 pub use encode::to_value;

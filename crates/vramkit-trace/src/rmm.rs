@@ -31,7 +31,8 @@ impl RmmLog {
     /// A snapshot holding the log as device 0's trace and no segments, to
     /// write as a pickle or JSON for the memory_viz viewer or for replay.
     pub fn into_snapshot_file(self) -> SnapshotFile {
-        let mut file = SnapshotFile::from_snapshot(Snapshot { segments: Vec::new(), device_traces: vec![self.entries] });
+        let mut file =
+            SnapshotFile::from_snapshot(Snapshot { segments: Vec::new(), device_traces: vec![self.entries] });
         file.format = SnapshotFormat::Dict;
         file
     }
@@ -56,7 +57,8 @@ struct Columns {
 
 /// Reads RMM log text.
 pub fn read_rmm_log_str(text: &str) -> Result<RmmLog, TraceError> {
-    let mut lines = text.lines().enumerate().map(|(i, line)| (i as u64 + 1, line.trim())).filter(|(_, l)| !l.is_empty());
+    let mut lines =
+        text.lines().enumerate().map(|(i, line)| (i as u64 + 1, line.trim())).filter(|(_, l)| !l.is_empty());
     let Some((header_line, header)) = lines.next() else {
         return Err(rmm_error(1, "expected the header Thread,Time,Action,Pointer,Size,Stream, found an empty log"));
     };
@@ -72,12 +74,16 @@ pub fn read_rmm_log_str(text: &str) -> Result<RmmLog, TraceError> {
             fields.get(i).copied().ok_or_else(|| rmm_error(number, format!("missing {what}")))
         };
         let time_us = clock.micros(field(columns.time, "Time")?).map_err(|m| rmm_error(number, m))?;
-        let pointer = hex(field(columns.pointer, "Pointer")?).map_err(|m| rmm_error(number, format!("Pointer: {m}")))?;
+        let pointer =
+            hex(field(columns.pointer, "Pointer")?).map_err(|m| rmm_error(number, format!("Pointer: {m}")))?;
         let size = field(columns.size, "Size")?
             .parse::<u64>()
             .map_err(|_| rmm_error(number, format!("Size: expected a byte count, found {:?}", fields[columns.size])))?;
         let stream = hex(field(columns.stream, "Stream")?).map_err(|m| rmm_error(number, format!("Stream: {m}")))?;
-        let event = |action: TraceAction, addr: u64| TraceEntry { time_us: Some(time_us), ..TraceEntry::new(action, addr, size, stream) };
+        let event = |action: TraceAction, addr: u64| TraceEntry {
+            time_us: Some(time_us),
+            ..TraceEntry::new(action, addr, size, stream)
+        };
         match field(columns.action, "Action")? {
             "allocate" => log.entries.push(event(TraceAction::Alloc, pointer)),
             "free" | "deallocate" => {

@@ -119,9 +119,9 @@ fn divisions(reader: &Reader<'_>, item: Item) -> Result<BTreeMap<u64, u64>, Sche
     let mut table = BTreeMap::new();
     for &(k, v) in reader.dict(item)? {
         let key = reader.key_name(k)?;
-        let mib: u64 = key
-            .parse()
-            .map_err(|_| SchemaErr::new("a size class in MiB (\"1\", \"2\", ..., \"32768\")", format!("{key:?}")).key(key))?;
+        let mib: u64 = key.parse().map_err(|_| {
+            SchemaErr::new("a size class in MiB (\"1\", \"2\", ..., \"32768\")", format!("{key:?}")).key(key)
+        })?;
         table.insert(mib, reader.u64(v).at(key)?);
     }
     Ok(table)

@@ -133,7 +133,10 @@ pub(crate) enum Node {
     Int(i128),
     Float(f64),
     /// A range of [`Tree::text`].
-    Str { start: usize, len: usize },
+    Str {
+        start: usize,
+        len: usize,
+    },
     List(Store<Item>),
     Tuple(Store<Item>),
     Dict(Store<(Item, Item)>),
@@ -157,9 +160,9 @@ impl Tree {
     pub(crate) fn with_capacity_for(input_bytes: usize) -> Tree {
         Tree {
             nodes: Vec::with_capacity(input_bytes / 48),
-            text: String::with_capacity(input_bytes / 8),
+            text: String::with_capacity(input_bytes / 4),
             items: Vec::with_capacity(input_bytes / 4),
-            pairs: Vec::with_capacity(input_bytes / 48),
+            pairs: Vec::with_capacity(input_bytes / 16),
         }
     }
 
@@ -228,6 +231,10 @@ impl Tree {
 
     fn text(&self, start: usize, len: usize) -> &str {
         self.text.get(start..start + len).unwrap_or_default()
+    }
+
+    pub(crate) fn is_str(&self, item: Item) -> bool {
+        matches!(self.node(item), Some(Node::Str { .. }))
     }
 
     pub(crate) fn as_str(&self, item: Item) -> Option<&str> {
@@ -333,7 +340,12 @@ impl Tree {
         Ok(value)
     }
 
-    fn freeze_all(&self, items: &[Item], depth: usize, done: &mut HashMap<NodeId, Value>) -> Result<Arc<[Value]>, TooDeep> {
+    fn freeze_all(
+        &self,
+        items: &[Item],
+        depth: usize,
+        done: &mut HashMap<NodeId, Value>,
+    ) -> Result<Arc<[Value]>, TooDeep> {
         items.iter().map(|&i| self.freeze_in(i, depth + 1, done)).collect()
     }
 }

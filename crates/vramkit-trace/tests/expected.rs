@@ -73,7 +73,8 @@ fn trace_stats(file: &SnapshotFile) -> Json {
         }
         let sizes = trace.iter().map(|e| e.size);
         let times: Vec<u64> = trace.iter().filter_map(|e| e.time_us).collect();
-        let segment_bytes = |action: TraceAction| trace.iter().filter(|e| e.action == action).map(|e| i128::from(e.size)).sum::<i128>();
+        let segment_bytes =
+            |action: TraceAction| trace.iter().filter(|e| e.action == action).map(|e| i128::from(e.size)).sum::<i128>();
         let (peak, live_at_end, orphans) = replay_from_zero(trace);
         out.push(json!({
             "actions": actions,

@@ -7,7 +7,8 @@ use vramkit_trace::{read_snapshot, read_snapshot_bytes, SnapshotFile, TraceError
 fn the_shared_json_conversion_reads_like_its_pickle() {
     let dir = traces_dir();
     let from_json = read_snapshot(dir.join("json/cs336_silmont2000__mem_snapshot.json")).expect("reads JSON");
-    let from_pickle = read_snapshot(dir.join("pytorch_snapshots/cs336_silmont2000__mem_snapshot.pickle")).expect("reads pickle");
+    let from_pickle =
+        read_snapshot(dir.join("pytorch_snapshots/cs336_silmont2000__mem_snapshot.pickle")).expect("reads pickle");
     assert_eq!(from_json.pickle_protocol, None);
     // Tuples were written as lists; they read back as the same pool ids.
     assert_eq!(SnapshotFile { pickle_protocol: Some(4), ..from_json }, from_pickle);

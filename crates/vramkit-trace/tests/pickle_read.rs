@@ -24,7 +24,8 @@ fn pickle_error(data: &[u8]) -> (u64, String) {
 #[test]
 fn protocol_2_with_binput_and_binget() {
     // {'a': [1, 'x'], 'b': <the same list>} as CPython writes it at protocol 2.
-    let data = b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01]q\x02(K\x01X\x01\x00\x00\x00xq\x03eX\x01\x00\x00\x00bq\x04h\x02u.";
+    let data =
+        b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01]q\x02(K\x01X\x01\x00\x00\x00xq\x03eX\x01\x00\x00\x00bq\x04h\x02u.";
     let value = read_value(data).expect("reads");
     let (Some(a), Some(b)) = (value.get("a"), value.get("b")) else { panic!("keys a and b: {value}") };
     assert_eq!(a, &Value::list(vec![int(1), Value::str("x")]));
@@ -105,7 +106,8 @@ fn expected_py_object() -> Value {
         (Value::str("line"), int(1)),
         (Value::str("name"), Value::str("n")),
     ])]);
-    let ints = [0, 1, -1, 255, 256, 65535, 65536, (1 << 31) - 1, -(1 << 31), 1 << 40, -(1 << 63), (1 << 64) + 5, -(1 << 100)];
+    let ints =
+        [0, 1, -1, 255, 256, 65535, 65536, (1 << 31) - 1, -(1 << 31), 1 << 40, -(1 << 63), (1 << 64) + 5, -(1 << 100)];
     Value::dict(vec![
         (Value::str("ints"), Value::list(ints.iter().map(|&n| int(n)).collect())),
         (Value::str("t1"), tuple(vec![int(1)])),
@@ -152,9 +154,18 @@ fn code_execution_opcodes_are_refused() {
         Err(TraceError::RefusedOpcode { offset: 2, name: "GLOBAL", opcode: b'c', .. }) => {}
         other => panic!("expected GLOBAL refused at byte 2, got {other:?}"),
     }
-    for (code, name) in [(0x93u8, "STACK_GLOBAL"), (b'R', "REDUCE"), (b'b', "BUILD"), (b'i', "INST"), (b'o', "OBJ"),
-        (0x81, "NEWOBJ"), (b'P', "PERSID"), (b'Q', "BINPERSID"), (b'B', "BINBYTES"), (0x8f, "EMPTY_SET")]
-    {
+    for (code, name) in [
+        (0x93u8, "STACK_GLOBAL"),
+        (b'R', "REDUCE"),
+        (b'b', "BUILD"),
+        (b'i', "INST"),
+        (b'o', "OBJ"),
+        (0x81, "NEWOBJ"),
+        (b'P', "PERSID"),
+        (b'Q', "BINPERSID"),
+        (b'B', "BINBYTES"),
+        (0x8f, "EMPTY_SET"),
+    ] {
         let err = read_value(&[0x80, 4, b'N', code, b'.']).expect_err("refused");
         assert!(matches!(err, TraceError::RefusedOpcode { name: n, offset: 3, .. } if n == name), "{name}: {err:?}");
         assert!(err.to_string().contains(name), "{err}");

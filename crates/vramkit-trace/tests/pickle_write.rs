@@ -11,12 +11,30 @@ fn sample() -> Value {
         (Value::str("filename"), Value::str("a.py")),
         (Value::str("line"), Value::int(3)),
     ])]);
-    let ints = [0, 1, 255, 256, 65535, 65536, -1, i32::MIN as i128, i32::MAX as i128, 1 << 40, i64::MIN as i128,
-        i64::MAX as i128, u64::MAX as i128, -(1 << 100), (1 << 126) + 7];
+    let ints = [
+        0,
+        1,
+        255,
+        256,
+        65535,
+        65536,
+        -1,
+        i32::MIN as i128,
+        i32::MAX as i128,
+        1 << 40,
+        i64::MIN as i128,
+        i64::MAX as i128,
+        u64::MAX as i128,
+        -(1 << 100),
+        (1 << 126) + 7,
+    ];
     Value::dict(vec![
         (Value::str("ints"), Value::list(ints.iter().map(|&n| Value::int(n)).collect())),
         (Value::str("floats"), Value::list(vec![Value::Float(0.0), Value::Float(-2.5e300)])),
-        (Value::str("strs"), Value::list(vec![Value::str(""), Value::str("\u{2603}"), Value::str(&"y".repeat(70_000))])),
+        (
+            Value::str("strs"),
+            Value::list(vec![Value::str(""), Value::str("\u{2603}"), Value::str(&"y".repeat(70_000))]),
+        ),
         (Value::str("tuples"), Value::list((0..6).map(|n| Value::Tuple((0..n).map(Value::int).collect())).collect())),
         (Value::str("misc"), Value::list(vec![Value::None, Value::Bool(true), Value::Bool(false)])),
         (Value::int(7), Value::dict(vec![])),

@@ -14,10 +14,7 @@ const LOG: &str = "Thread,Time,Action,Pointer,Size,Stream
 fn events_become_trace_entries() {
     let log = read_rmm_log_str(LOG).expect("reads");
     let actions: Vec<TraceAction> = log.entries.iter().map(|e| e.action).collect();
-    assert_eq!(
-        actions,
-        [TraceAction::Alloc, TraceAction::Oom, TraceAction::FreeRequested, TraceAction::FreeCompleted]
-    );
+    assert_eq!(actions, [TraceAction::Alloc, TraceAction::Oom, TraceAction::FreeRequested, TraceAction::FreeCompleted]);
     let alloc = &log.entries[0];
     assert_eq!((alloc.addr, alloc.size, alloc.stream), (0x7f8a_4000_0000, 1024, 0));
     assert_eq!(log.entries[1].size, 1 << 40);

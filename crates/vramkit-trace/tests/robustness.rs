@@ -19,7 +19,7 @@ fn every_truncation_of_a_real_file_is_a_clean_error() {
             assert!(result.is_err(), "{}: a prefix of {cut} bytes read as a whole snapshot", path.display());
         }
         // The last bytes, where a cut drops only STOP or the final items.
-        for cut in bytes.len().saturating_sub(64)..bytes.len() {
+        for cut in bytes.len().saturating_sub(16)..bytes.len() {
             assert!(read_snapshot_bytes(&bytes[..cut]).is_err(), "{}: prefix of {cut} bytes", path.display());
         }
     }
@@ -87,6 +87,25 @@ fn corrupting_bytes_near_the_start_never_panics() {
     for at in (0..original.len().min(1500)).step_by(7) {
         for byte in [0x00, 0xff, b'e'] {
             data[at] = byte;
+            let _ = read_snapshot_bytes(&data);
+        }
+        data[at] = original[at];
+    }
+}
+
+#[test]
+fn retargeted_memo_references_never_panic() {
+    // Point BINGETs (0x68 + index) at other memoized objects, so objects
+    // appear in roles they were not made for (a frame where a frames list
+    // belongs, a key string where a dict belongs, ...).
+    let original = small_real_file();
+    let positions: Vec<usize> =
+        original.windows(2).enumerate().filter(|(_, w)| w[0] == b'h').map(|(i, _)| i + 1).collect();
+    let step = (positions.len() / 200).max(1);
+    let mut data = original.clone();
+    for &at in positions.iter().step_by(step) {
+        for delta in [1u8, 7, 100] {
+            data[at] = original[at].wrapping_add(delta);
             let _ = read_snapshot_bytes(&data);
         }
         data[at] = original[at];

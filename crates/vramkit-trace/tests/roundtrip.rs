@@ -5,7 +5,9 @@ use crate::common::{snapshot_files, temp_path, traces_dir};
 use std::collections::HashSet;
 use std::process::Command;
 use std::sync::Arc;
-use vramkit_trace::{read_snapshot, read_snapshot_bytes, write_json, write_pickle, write_pickle_protocol, SnapshotFile};
+use vramkit_trace::{
+    read_snapshot, read_snapshot_bytes, write_json, write_pickle, write_pickle_protocol, SnapshotFile,
+};
 
 fn pickle_bytes(file: &SnapshotFile) -> Vec<u8> {
     let mut out = Vec::new();
@@ -22,7 +24,12 @@ fn pickle_round_trip_gives_an_equal_model() {
         assert_eq!(again, file, "{}", path.display());
         // Shared stacks stay shared, so the output stays about as small as the input.
         let original = std::fs::metadata(&path).expect("exists").len() as f64;
-        assert!((written.len() as f64) < original * 1.2, "{}: wrote {} bytes for {original}", path.display(), written.len());
+        assert!(
+            (written.len() as f64) < original * 1.2,
+            "{}: wrote {} bytes for {original}",
+            path.display(),
+            written.len()
+        );
     }
 }
 
@@ -57,7 +64,8 @@ fn older_protocols_round_trip_too() {
                 bad = [op.name for op, _, _ in pickletools.genops(data) if op.proto > int(sys.argv[2])]\n\
                 assert not bad, bad\n\
                 print(len(pickle.loads(data)['segments']))";
-            let result = Command::new(python).arg("-c").arg(check).arg(&path).arg(protocol.to_string()).output().expect("runs");
+            let result =
+                Command::new(python).arg("-c").arg(check).arg(&path).arg(protocol.to_string()).output().expect("runs");
             let _ = std::fs::remove_file(&path);
             assert!(result.status.success(), "protocol {protocol}: {}", String::from_utf8_lossy(&result.stderr));
             assert_eq!(String::from_utf8_lossy(&result.stdout).trim(), file.snapshot.segments.len().to_string());
@@ -69,7 +77,10 @@ fn older_protocols_round_trip_too() {
 #[test]
 fn shared_frames_are_one_allocation() {
     let path = traces_dir().join("pytorch_snapshots/cs336_bcrafton__memory_snapshot.pickle");
-    for file in [read_snapshot(&path).expect("reads"), read_snapshot_bytes(&pickle_bytes(&read_snapshot(&path).expect("reads"))).expect("reads back")] {
+    for file in [
+        read_snapshot(&path).expect("reads"),
+        read_snapshot_bytes(&pickle_bytes(&read_snapshot(&path).expect("reads"))).expect("reads back"),
+    ] {
         let trace = &file.snapshot.device_traces[0];
         let distinct: HashSet<*const ()> =
             trace.iter().filter_map(|e| e.frames.as_ref()).map(|f| Arc::as_ptr(f) as *const ()).collect();
@@ -116,10 +127,38 @@ print(' '.join(ops))
 
 /// Opcodes the pytorch.org/memory_viz viewer's parser accepts.
 const VIEWER_OPCODES: [&str; 32] = [
-    "PROTO", "FRAME", "MARK", "STOP", "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_LIST", "LIST", "APPEND",
-    "APPENDS", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "NONE", "NEWTRUE", "NEWFALSE", "BININT",
-    "BININT1", "BININT2", "LONG1", "BINFLOAT", "SHORT_BINUNICODE", "BINUNICODE", "BINPUT", "LONG_BINPUT", "MEMOIZE",
-    "BINGET", "LONG_BINGET",
+    "PROTO",
+    "FRAME",
+    "MARK",
+    "STOP",
+    "EMPTY_DICT",
+    "DICT",
+    "SETITEM",
+    "SETITEMS",
+    "EMPTY_LIST",
+    "LIST",
+    "APPEND",
+    "APPENDS",
+    "EMPTY_TUPLE",
+    "TUPLE",
+    "TUPLE1",
+    "TUPLE2",
+    "TUPLE3",
+    "NONE",
+    "NEWTRUE",
+    "NEWFALSE",
+    "BININT",
+    "BININT1",
+    "BININT2",
+    "LONG1",
+    "BINFLOAT",
+    "SHORT_BINUNICODE",
+    "BINUNICODE",
+    "BINPUT",
+    "LONG_BINPUT",
+    "MEMOIZE",
+    "BINGET",
+    "LONG_BINGET",
 ];
 
 #[test]
@@ -147,7 +186,8 @@ fn cpython_loads_what_we_write_and_the_viewer_knows_every_opcode() {
             .collect();
         let pools: Vec<String> = pools.iter().map(|(a, b)| format!("({a}, {b})")).collect();
         // Pool ids print as tuples: they were written as tuples (a list could not be in a set).
-        let expected = format!("{} {} {:?} {} [{}]", file.snapshot.segments.len(), blocks, lens, frames, pools.join(", "));
+        let expected =
+            format!("{} {} {:?} {} [{}]", file.snapshot.segments.len(), blocks, lens, frames, pools.join(", "));
         assert_eq!(counts, expected, "{}: what CPython saw", path.display());
         for op in ops.split_whitespace() {
             assert!(VIEWER_OPCODES.contains(&op), "{}: wrote {op}, which the viewer refuses", path.display());

@@ -29,8 +29,9 @@ fn errors_name_the_key_path_what_was_expected_and_what_was_found() {
     let (path, _, found) = schema_error(&format!(r#"{{"segments": [{bad}]}}"#));
     assert_eq!((path.as_str(), found.as_str()), ("segments[0].address", "no such key"));
 
-    let (path, expected, _) =
-        schema_error(r#"{"segments": [], "device_traces": [[{"action": "alloc", "addr": -5, "size": 1, "stream": 0}]]}"#);
+    let (path, expected, _) = schema_error(
+        r#"{"segments": [], "device_traces": [[{"action": "alloc", "addr": -5, "size": 1, "stream": 0}]]}"#,
+    );
     assert_eq!((path.as_str(), expected.as_str()), ("device_traces[0][0].addr", "a non-negative int below 2^64"));
 
     let (path, _, found) = schema_error(r#"{"device_traces": []}"#);
@@ -51,12 +52,16 @@ fn errors_name_the_key_path_what_was_expected_and_what_was_found() {
 
     // From a file, the message starts with the path.
     let file = temp_path("schema.json");
-    std::fs::write(&file, format!(r#"{{"segments": [{}]}}"#, SEGMENT.replace("\"small\"", "\"medium\""))).expect("written");
+    std::fs::write(&file, format!(r#"{{"segments": [{}]}}"#, SEGMENT.replace("\"small\"", "\"medium\"")))
+        .expect("written");
     let err = read_snapshot(&file).expect_err("bad segment_type");
     let _ = std::fs::remove_file(&file);
     let text = err.to_string();
     assert!(text.starts_with(&file.display().to_string()), "{text}");
-    assert!(text.contains("segments[0].segment_type: expected \"small\" or \"large\", found a str (\"medium\")"), "{text}");
+    assert!(
+        text.contains("segments[0].segment_type: expected \"small\" or \"large\", found a str (\"medium\")"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -116,9 +121,8 @@ fn recorded_settings_map_to_the_core_config() {
     table[15] = 2;
     assert_eq!(config.roundup_power2_divisions, table);
 
-    let (path, expected, _) = schema_error(
-        r#"{"segments": [], "allocator_settings": {"roundup_power2_divisions": {"big": 1}}}"#,
-    );
+    let (path, expected, _) =
+        schema_error(r#"{"segments": [], "allocator_settings": {"roundup_power2_divisions": {"big": 1}}}"#);
     assert_eq!(path, "allocator_settings.roundup_power2_divisions.big");
     assert!(expected.contains("size class"), "{expected}");
 }
@@ -167,4 +171,42 @@ fn unknown_content_is_refused_by_sniffing() {
         }
     }
     assert!(read_snapshot_bytes(b"\xEF\xBB\xBF  \n [] ").is_ok(), "BOM and blanks before JSON are fine");
+}
+
+#[test]
+fn one_object_used_in_two_roles_is_an_error_not_a_mixup() {
+    // The writer memoizes by identity, so the same dict is referenced twice:
+    // once as a frame, once where a frames list belongs.
+    let frame = Value::dict(vec![
+        (Value::str("filename"), Value::str("a.py")),
+        (Value::str("line"), Value::int(1)),
+        (Value::str("name"), Value::str("f")),
+    ]);
+    let entry = |frames: Value| {
+        Value::dict(vec![
+            (Value::str("action"), Value::str("alloc")),
+            (Value::str("addr"), Value::int(512)),
+            (Value::str("size"), Value::int(4)),
+            (Value::str("stream"), Value::int(0)),
+            (Value::str("frames"), frames),
+        ])
+    };
+    let doc = Value::dict(vec![
+        (Value::str("segments"), Value::list(vec![])),
+        (
+            Value::str("device_traces"),
+            Value::list(vec![Value::list(vec![entry(Value::list(vec![frame.clone()])), entry(frame)])]),
+        ),
+    ]);
+    let bytes = vramkit_trace::pickle::write::to_vec(&doc).expect("writes");
+    match read_snapshot_bytes(&bytes) {
+        Err(TraceError::Schema { key_path, expected, .. }) => {
+            assert_eq!((key_path.as_str(), expected.as_str()), ("device_traces[0][1].frames", "a list of frames"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A key string reused as a value where a list belongs.
+    let doc = Value::dict(vec![(Value::str("segments"), Value::str("segments"))]);
+    let bytes = vramkit_trace::pickle::write::to_vec(&doc).expect("writes");
+    assert!(matches!(read_snapshot_bytes(&bytes), Err(TraceError::Schema { .. })));
 }

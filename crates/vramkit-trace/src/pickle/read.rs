@@ -31,7 +31,10 @@ pub(crate) struct Parsed {
 pub fn read_value(data: &[u8]) -> Result<Value, TraceError> {
     let parsed = parse(data)?;
     parsed.tree.freeze(parsed.root).map_err(|_| {
-        TraceError::pickle(0, format!("expected at most {} levels of nesting, found more (or a cycle)", crate::tree::MAX_DEPTH))
+        TraceError::pickle(
+            0,
+            format!("expected at most {} levels of nesting, found more (or a cycle)", crate::tree::MAX_DEPTH),
+        )
     })
 }
 
@@ -50,7 +53,7 @@ pub(crate) fn parse(data: &[u8]) -> Result<Parsed, TraceError> {
         tree: Tree::with_capacity_for(data.len()),
         stack: Vec::new(),
         marks: Vec::new(),
-        memo: Vec::new(),
+        memo: Vec::with_capacity(data.len() / 64),
         memo_sparse: FxHashMap::default(),
         memo_len: 0,
         protocol: None,
@@ -87,7 +90,10 @@ impl<'a> Unpickler<'a> {
                 op::PROTO => {
                     let version = self.u8(at, code)?;
                     if version > 5 {
-                        return Err(TraceError::pickle(at, format!("expected protocol 0 to 5, found protocol {version}")));
+                        return Err(TraceError::pickle(
+                            at,
+                            format!("expected protocol 0 to 5, found protocol {version}"),
+                        ));
                     }
                     self.protocol = Some(version);
                 }
@@ -109,7 +115,9 @@ impl<'a> Unpickler<'a> {
                     if self.marks.len() >= MAX_OPEN_MARKS {
                         return Err(TraceError::pickle(
                             at,
-                            format!("MARK: expected at most {MAX_OPEN_MARKS} open MARKs, found more (nesting too deep)"),
+                            format!(
+                                "MARK: expected at most {MAX_OPEN_MARKS} open MARKs, found more (nesting too deep)"
+                            ),
                         ));
                     }
                     self.marks.push(self.stack.len());
@@ -221,7 +229,10 @@ impl<'a> Unpickler<'a> {
                     let b = self.take(4, at, code)?;
                     let len = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                     let Ok(len) = usize::try_from(len) else {
-                        return Err(TraceError::pickle(at, format!("LONG4: expected a length of 0 or more, found {len}")));
+                        return Err(TraceError::pickle(
+                            at,
+                            format!("LONG4: expected a length of 0 or more, found {len}"),
+                        ));
                     };
                     self.long(len, at, code)?;
                 }
@@ -287,7 +298,12 @@ impl<'a> Unpickler<'a> {
                     self.get(index, at, code)?;
                 }
                 _ => {
-                    return Err(TraceError::RefusedOpcode { path: None, offset: at as u64, opcode: code, name: op::name(code) });
+                    return Err(TraceError::RefusedOpcode {
+                        path: None,
+                        offset: at as u64,
+                        opcode: code,
+                        name: op::name(code),
+                    });
                 }
             }
         }
@@ -299,7 +315,10 @@ impl<'a> Unpickler<'a> {
     }
 
     fn underflow(&self, at: usize, code: u8) -> TraceError {
-        TraceError::pickle(at, format!("{}: expected a value on the stack, found none (stack underflow)", op::name(code)))
+        TraceError::pickle(
+            at,
+            format!("{}: expected a value on the stack, found none (stack underflow)", op::name(code)),
+        )
     }
 
     fn pop(&mut self, at: usize, code: u8) -> Result<Item, TraceError> {
@@ -320,9 +339,9 @@ impl<'a> Unpickler<'a> {
 
     /// Closes the innermost MARK, returning the stack height it recorded.
     fn mark(&mut self, at: usize, code: u8) -> Result<usize, TraceError> {
-        self.marks.pop().ok_or_else(|| {
-            TraceError::pickle(at, format!("{}: expected an open MARK, found none", op::name(code)))
-        })
+        self.marks
+            .pop()
+            .ok_or_else(|| TraceError::pickle(at, format!("{}: expected an open MARK, found none", op::name(code))))
     }
 
     fn check_pairs(&self, mark: usize, at: usize, code: u8) -> Result<(), TraceError> {
@@ -330,7 +349,10 @@ impl<'a> Unpickler<'a> {
         if count % 2 != 0 {
             return Err(TraceError::pickle(
                 at,
-                format!("{}: expected key/value pairs after the MARK, found an odd number of items ({count})", op::name(code)),
+                format!(
+                    "{}: expected key/value pairs after the MARK, found an odd number of items ({count})",
+                    op::name(code)
+                ),
             ));
         }
         Ok(())
@@ -343,7 +365,13 @@ impl<'a> Unpickler<'a> {
         )
     }
 
-    fn extend_dict(&mut self, target: Item, pairs: impl Iterator<Item = (Item, Item)>, at: usize, code: u8) -> Result<(), TraceError> {
+    fn extend_dict(
+        &mut self,
+        target: Item,
+        pairs: impl Iterator<Item = (Item, Item)>,
+        at: usize,
+        code: u8,
+    ) -> Result<(), TraceError> {
         match target.node_id() {
             Some(id) if self.tree.extend_dict(id, pairs) => Ok(()),
             _ => Err(self.wrong_target(target, "a dict", at, code)),
@@ -374,7 +402,10 @@ impl<'a> Unpickler<'a> {
         if len > remaining {
             return Err(TraceError::pickle(
                 at,
-                format!("{}: expected {len} more bytes, found {remaining} (input truncated or length corrupt)", op::name(code)),
+                format!(
+                    "{}: expected {len} more bytes, found {remaining} (input truncated or length corrupt)",
+                    op::name(code)
+                ),
             ));
         }
         let data: &'a [u8] = self.data;
@@ -408,7 +439,10 @@ impl<'a> Unpickler<'a> {
             self.take(len, at, code)?;
             return Err(TraceError::pickle(
                 at,
-                format!("{}: expected an integer of at most {MAX_LONG_BYTES} bytes, found one of {len} bytes", op::name(code)),
+                format!(
+                    "{}: expected an integer of at most {MAX_LONG_BYTES} bytes, found one of {len} bytes",
+                    op::name(code)
+                ),
             ));
         }
         let bytes = self.take(len, at, code)?;
@@ -430,7 +464,11 @@ impl<'a> Unpickler<'a> {
         let text = std::str::from_utf8(bytes).map_err(|e| {
             TraceError::pickle(
                 at,
-                format!("{}: expected UTF-8 text, found an invalid byte at position {} of the string", op::name(code), e.valid_up_to()),
+                format!(
+                    "{}: expected UTF-8 text, found an invalid byte at position {} of the string",
+                    op::name(code),
+                    e.valid_up_to()
+                ),
             )
         })?;
         let item = self.tree.push_str(text);
@@ -457,16 +495,41 @@ impl<'a> Unpickler<'a> {
     /// A run of `BINGET`/`LONG_BINGET` (a stack's frames, typically), in a
     /// tight loop: cheaper than going through the opcode dispatch each time.
     fn get_run(&mut self, mut code: u8, mut at: usize) -> Result<(), TraceError> {
+        let data = self.data;
+        let mut pos = self.pos;
         loop {
-            let index = if code == op::BINGET { usize::from(self.u8(at, code)?) } else { self.u32(at, code)? as usize };
-            self.get(index, at, code)?;
-            match self.data.get(self.pos) {
+            let index = if code == op::BINGET {
+                let Some(&index) = data.get(pos) else {
+                    self.pos = pos;
+                    return self.u8(at, code).map(|_| ());
+                };
+                pos += 1;
+                usize::from(index)
+            } else {
+                let Some(&[a, b, c, d]) = data.get(pos..pos + 4) else {
+                    self.pos = pos;
+                    return self.u32(at, code).map(|_| ());
+                };
+                pos += 4;
+                u32::from_le_bytes([a, b, c, d]) as usize
+            };
+            match self.memo.get(index) {
+                Some(&item) if item != Item::UNSET => self.stack.push(item),
+                _ => {
+                    self.pos = pos;
+                    self.get(index, at, code)?;
+                }
+            }
+            match data.get(pos) {
                 Some(&next @ (op::BINGET | op::LONG_BINGET)) => {
-                    at = self.pos;
-                    self.pos += 1;
+                    at = pos;
+                    pos += 1;
                     code = next;
                 }
-                _ => return Ok(()),
+                _ => {
+                    self.pos = pos;
+                    return Ok(());
+                }
             }
         }
     }
@@ -507,16 +570,18 @@ impl<'a> Unpickler<'a> {
 
     fn int_text(&mut self, text: &str, at: usize, code: u8) -> Result<Item, TraceError> {
         let n: i128 = text.parse().map_err(|_| {
-            TraceError::pickle(at, format!("{}: expected a decimal integer within 128 bits, found {text:?}", op::name(code)))
+            TraceError::pickle(
+                at,
+                format!("{}: expected a decimal integer within 128 bits, found {text:?}", op::name(code)),
+            )
         })?;
         Ok(self.int_item(n))
     }
 
     fn index_text(&mut self, at: usize, code: u8) -> Result<usize, TraceError> {
         let line = self.line(at, code)?;
-        line.parse().map_err(|_| {
-            TraceError::pickle(at, format!("{}: expected a memo index, found {line:?}", op::name(code)))
-        })
+        line.parse()
+            .map_err(|_| TraceError::pickle(at, format!("{}: expected a memo index, found {line:?}", op::name(code))))
     }
 }
 

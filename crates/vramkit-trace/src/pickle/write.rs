@@ -27,7 +27,14 @@ pub fn write_value(value: &Value, protocol: u8, out: impl Write) -> Result<(), T
             message: format!("expected pickle protocol 2, 3 or 4 (what the viewer reads), got {protocol}"),
         });
     }
-    let mut writer = Writer { out, buf: Vec::with_capacity(FLUSH_AT * 2), protocol, by_ptr: HashMap::new(), by_str: HashMap::new(), next: 0 };
+    let mut writer = Writer {
+        out,
+        buf: Vec::with_capacity(FLUSH_AT * 2),
+        protocol,
+        by_ptr: HashMap::new(),
+        by_str: HashMap::new(),
+        next: 0,
+    };
     writer.buf.extend_from_slice(&[op::PROTO, protocol]);
     writer.value(value, 0)?;
     writer.buf.push(op::STOP);
