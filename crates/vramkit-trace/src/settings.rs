@@ -6,6 +6,7 @@ use crate::pickle::value::Value;
 use crate::tree::Item;
 use std::collections::BTreeMap;
 use vramkit_core::rounding::ROUNDUP_INTERVALS;
+use vramkit_core::config::{Compat, Generation};
 use vramkit_core::AllocatorConfig;
 
 /// The top-level `allocator_settings` dict of newer snapshots. Every field
@@ -46,12 +47,25 @@ impl AllocatorSettings {
     /// effect: `max_split_size` -1 is unlimited (`None`), and the
     /// `roundup_power2_divisions` keys map to the 16-entry table by
     /// log2 of the key.
+    /// The allocator generation these settings come from, as far as the keys
+    /// tell: `graph_capture_record_stream_reuse` arrived with R26 (spec 9.2);
+    /// without it the dict is the R24 one.
+    pub fn generation(&self) -> Generation {
+        if self.graph_capture_record_stream_reuse.is_some() {
+            Generation::R26
+        } else {
+            Generation::R24
+        }
+    }
+
     pub fn to_config(&self) -> AllocatorConfig {
+        let compat = Compat::of(self.generation());
         let mut config = self
             .pytorch_cuda_alloc_conf
             .as_deref()
-            .and_then(|conf| AllocatorConfig::parse(conf).ok())
-            .unwrap_or_default();
+            .and_then(|conf| AllocatorConfig::parse_with_compat(conf, compat).ok())
+            .unwrap_or_else(|| AllocatorConfig { compat, ..AllocatorConfig::default() });
+        config.compat = compat;
         if let Some(max_split) = self.max_split_size {
             config.max_split_size_bytes = u64::try_from(max_split).ok();
         }

@@ -210,3 +210,13 @@ fn one_object_used_in_two_roles_is_an_error_not_a_mixup() {
     let bytes = vramkit_trace::pickle::write::to_vec(&doc).expect("writes");
     assert!(matches!(read_snapshot_bytes(&bytes), Err(TraceError::Schema { .. })));
 }
+
+#[test]
+fn recorded_settings_pick_the_allocator_generation() {
+    use vramkit_core::config::Compat;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/traces/pytorch_snapshots");
+    let newer = vramkit_trace::read_snapshot(dir.join("cs336_bcrafton__memory_snapshot.pickle")).unwrap();
+    let older = vramkit_trace::read_snapshot(dir.join("cs336_silmont2000__mem_snapshot.pickle")).unwrap();
+    assert_eq!(newer.allocator_settings.unwrap().to_config().compat, Compat::R26);
+    assert_eq!(older.allocator_settings.unwrap().to_config().compat, Compat::R24);
+}
