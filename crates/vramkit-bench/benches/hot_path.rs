@@ -40,7 +40,29 @@ fn cache_hit_pair(c: &mut Criterion) {
             a.free(p).unwrap();
         })
     });
+    // Baseline in the same run: the system allocator, same sizes.
+    for (name, size) in [("system_malloc_512B", 512usize), ("system_malloc_4MiB", 4 << 20)] {
+        let layout = std::alloc::Layout::from_size_align(size, 512).unwrap();
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let p = unsafe_free_alloc(layout);
+                black_box(p);
+            })
+        });
+    }
     group.finish();
+}
+
+/// One alloc+free through the global allocator (the baseline).
+#[allow(unsafe_code)]
+fn unsafe_free_alloc(layout: std::alloc::Layout) -> usize {
+    // SAFETY: `layout` has a non-zero size; the pointer is freed with the
+    // same layout at once and never dereferenced.
+    unsafe {
+        let p = std::alloc::alloc(layout);
+        std::alloc::dealloc(p, layout);
+        p as usize
+    }
 }
 
 enum Op {
