@@ -38,15 +38,6 @@ pub struct AllocatorSettings {
 }
 
 impl AllocatorSettings {
-    /// The recorded settings as a core [`AllocatorConfig`].
-    ///
-    /// Starts from the parsed `PYTORCH_CUDA_ALLOC_CONF` string (so keys the
-    /// dict does not carry, like `max_non_split_rounding_mb`, are honoured;
-    /// PyTorch's defaults if the string is absent or does not parse), then
-    /// applies every value the dict recorded, which PyTorch reports as in
-    /// effect: `max_split_size` -1 is unlimited (`None`), and the
-    /// `roundup_power2_divisions` keys map to the 16-entry table by
-    /// log2 of the key.
     /// The allocator generation these settings come from, as far as the keys
     /// tell: `graph_capture_record_stream_reuse` arrived with R26 (spec 9.2);
     /// without it the dict is the R24 one.
@@ -58,6 +49,16 @@ impl AllocatorSettings {
         }
     }
 
+    /// The recorded settings as a core [`AllocatorConfig`].
+    ///
+    /// Starts from the parsed `PYTORCH_CUDA_ALLOC_CONF` string (so keys the
+    /// dict does not carry, like `max_non_split_rounding_mb`, are honoured;
+    /// PyTorch's defaults if the string is absent or does not parse), then
+    /// applies every value the dict recorded, which PyTorch reports as in
+    /// effect: `max_split_size` -1 is unlimited (`None`), and the
+    /// `roundup_power2_divisions` keys map to the 16-entry table by
+    /// log2 of the key.
+    /// The allocator generation follows [`Self::generation`].
     pub fn to_config(&self) -> AllocatorConfig {
         let compat = Compat::of(self.generation());
         let mut config = self
