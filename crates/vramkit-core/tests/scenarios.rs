@@ -111,9 +111,31 @@ fn example_b_large_pool() {
              @0x1400000 large 16777216 stream 0: [16777216 A(16777216)]"
         )
     );
-    assert_eq!(a.stats().inactive_split.all.current, 1);
-    assert_eq!(a.stats().inactive_split_bytes.all.current, 19_398_656);
-    assert_eq!(a.stats().num_device_alloc, 2);
+    assert_eq!(
+        stats(&a),
+        lines(
+            "active.all.current=2
+             active.large_pool.current=2
+             active_bytes.all.current=18350080
+             active_bytes.large_pool.current=18350080
+             allocated_bytes.all.current=18350080
+             allocated_bytes.large_pool.current=18350080
+             allocation.all.current=2
+             allocation.large_pool.current=2
+             inactive_split.all.current=1
+             inactive_split.large_pool.current=1
+             inactive_split_bytes.all.current=19398656
+             inactive_split_bytes.large_pool.current=19398656
+             max_split_size=-1
+             num_device_alloc=2
+             requested_bytes.all.current=18350080
+             requested_bytes.large_pool.current=18350080
+             reserved_bytes.all.current=37748736
+             reserved_bytes.large_pool.current=37748736
+             segment.all.current=2
+             segment.large_pool.current=2"
+        )
+    );
     a.free(p15).unwrap();
     a.free(p16).unwrap();
 
@@ -168,8 +190,37 @@ fn example_c_max_split_size() {
     // 120 MiB may not: 150 >= 120 + 20. New segment.
     let p120 = a.malloc(120 * MIB, S0).unwrap();
     assert_ne!(p120, p150);
-    assert_eq!(a.stats().segment.all.current, 3);
-    assert_eq!(a.stats().oversize_segments.current, 2);
+    assert_eq!(
+        stats(&a),
+        lines(
+            "active.all.current=2
+             active.large_pool.current=2
+             active_bytes.all.current=178257920
+             active_bytes.large_pool.current=178257920
+             allocated_bytes.all.current=178257920
+             allocated_bytes.large_pool.current=178257920
+             allocation.all.current=2
+             allocation.large_pool.current=2
+             max_split_size=104857600
+             num_device_alloc=3
+             oversize_allocations.current=1
+             oversize_segments.current=2
+             requested_bytes.all.current=178257920
+             requested_bytes.large_pool.current=178257920
+             reserved_bytes.all.current=335544320
+             reserved_bytes.large_pool.current=335544320
+             segment.all.current=3
+             segment.large_pool.current=3"
+        )
+    );
+    assert_eq!(
+        state(&a),
+        lines(
+            "@0x0 large 157286400 stream 0: [157286400 I]
+             @0x9600000 large 52428800 stream 0: [52428800 A(52428800)]
+             @0xc800000 large 125829120 stream 0: [125829120 A(125829120)]"
+        )
+    );
 }
 
 #[test]
