@@ -73,6 +73,28 @@ pub(crate) struct Block {
 }
 
 impl Block {
+    /// A free block with no neighbours, history or stream uses yet.
+    pub fn new(addr: u64, size: u64, stream: StreamId, pool: PoolIdx) -> Block {
+        Block {
+            addr,
+            size,
+            requested_size: 0,
+            stream,
+            pool,
+            prev: None,
+            next: None,
+            allocated: false,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            gc_count_base: 0,
+            expandable: None,
+            mapped: true,
+            held: false,
+            context_when_allocated: None,
+            context_when_segment_allocated: None,
+        }
+    }
+
     /// Has a neighbour in its segment.
     #[inline]
     pub fn is_split(&self) -> bool {

@@ -110,22 +110,9 @@ impl<D: Device> CachingAllocator<D> {
             pool: params.pool,
         }));
         let block = self.blocks.insert(Block {
-            addr: base.0,
-            size,
-            requested_size: 0,
-            stream: params.stream,
-            pool: params.pool,
-            prev: None,
-            next: None,
-            allocated: false,
-            event_count: 0,
-            stream_uses: Vec::new(),
-            gc_count_base: 0,
-            held: false,
             expandable: Some(id),
             mapped: false,
-            context_when_allocated: None,
-            context_when_segment_allocated: None,
+            ..Block::new(base.0, size, params.stream, params.pool)
         });
         self.pools[params.pool.0 as usize].unmapped.insert((params.stream, base.0), block);
         Ok(block)
@@ -183,22 +170,11 @@ impl<D: Device> CachingAllocator<D> {
         if mapped_size < block_size {
             let next = self.blocks[id].next;
             let rest = self.blocks.insert(Block {
-                addr: addr + mapped_size,
-                size: block_size - mapped_size,
-                requested_size: 0,
-                stream,
-                pool,
                 prev: Some(id),
                 next,
-                allocated: false,
-                event_count: 0,
-                stream_uses: Vec::new(),
-                gc_count_base: 0,
-                held: false,
                 expandable: Some(seg_id),
                 mapped: false,
-                context_when_allocated: None,
-                context_when_segment_allocated: None,
+                ..Block::new(addr + mapped_size, block_size - mapped_size, stream, pool)
             });
             if let Some(n) = next {
                 self.blocks[n].prev = Some(rest);
@@ -242,24 +218,7 @@ impl<D: Device> CachingAllocator<D> {
         self.remove_from_pool(id);
         let before_size = unmapped_addr - addr;
         let after_size = size - before_size - unmapped_size;
-        let free_part = |a: u64, s: u64, prev, next| Block {
-            addr: a,
-            size: s,
-            requested_size: 0,
-            stream,
-            pool,
-            prev,
-            next,
-            allocated: false,
-            event_count: 0,
-            stream_uses: Vec::new(),
-            gc_count_base: 0,
-            held: false,
-            expandable: Some(seg_id),
-            mapped: true,
-            context_when_allocated: None,
-            context_when_segment_allocated: None,
-        };
+        let free_part = |a: u64, s: u64, prev, next| Block { prev, next, expandable: Some(seg_id), ..Block::new(a, s, stream, pool) };
         if before_size > 0 {
             let prev = self.blocks[id].prev;
             let before = self.blocks.insert(free_part(addr, before_size, prev, Some(id)));

@@ -197,24 +197,11 @@ impl<D: Device> CachingAllocator<D> {
         let frames = self.trace_frames(context, ContextLevel::Alloc);
         self.record_trace(TraceAction::SegmentAlloc, addr.0, size, params.stream, frames);
         let keep_context = self.history.as_ref().is_some_and(|h| h.config.context >= ContextLevel::State);
-        let id = self.blocks.insert(Block {
-            addr: addr.0,
-            size,
-            requested_size: 0,
-            stream: params.stream,
-            pool: params.pool,
-            prev: None,
-            next: None,
-            allocated: false,
-            event_count: 0,
-            stream_uses: Vec::new(),
-            gc_count_base: 0,
-            held: false,
-            expandable: None,
-            mapped: true,
-            context_when_allocated: None,
-            context_when_segment_allocated: if keep_context { context.clone() } else { None },
-        });
+        let mut block = Block::new(addr.0, size, params.stream, params.pool);
+        if keep_context {
+            block.context_when_segment_allocated = context.clone();
+        }
+        let id = self.blocks.insert(block);
         params.block = Some(id);
         Ok(true)
     }
@@ -252,22 +239,10 @@ impl<D: Device> CachingAllocator<D> {
                 (r.addr, r.prev)
             };
             let new_block = self.blocks.insert(Block {
-                addr,
-                size,
-                requested_size: 0,
-                stream: params.stream,
-                pool: params.pool,
                 prev,
                 next: Some(remaining),
-                allocated: false,
-                event_count: 0,
-                stream_uses: Vec::new(),
-                gc_count_base: 0,
-                held: false,
                 expandable,
-                mapped: true,
-                context_when_allocated: None,
-                context_when_segment_allocated: None,
+                ..Block::new(addr, size, params.stream, params.pool)
             });
             // As in PyTorch, the segment's cudaMalloc stack stays on the old
             // block even when the new one becomes the head; snapshots then show

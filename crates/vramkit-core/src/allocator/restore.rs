@@ -117,22 +117,13 @@ impl<D: Device> CachingAllocator<D> {
             }
             prev_free = free;
             let id = self.blocks.insert(Block {
-                addr,
-                size: info.size,
                 requested_size: info.requested_size,
-                stream,
-                pool,
                 prev,
-                next: None,
                 allocated: info.state == BlockState::ActiveAllocated,
-                event_count: 0,
-                stream_uses: Vec::new(),
-                gc_count_base: 0,
+                held: info.state == BlockState::ActivePendingFree,
                 context_when_allocated: info.frames.clone(),
                 context_when_segment_allocated: if i == 0 { s.frames.clone() } else { None },
-                held: info.state == BlockState::ActivePendingFree,
-                expandable: None,
-                mapped: true,
+                ..Block::new(addr, info.size, stream, pool)
             });
             if let Some(p) = prev {
                 self.blocks[p].next = Some(id);
