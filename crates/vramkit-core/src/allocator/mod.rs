@@ -32,6 +32,18 @@ use crate::stats::DeviceStats;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
+/// With the `validate` feature, whether `check_invariants()` runs after
+/// every public operation (on by default; a program can turn it off).
+static INVARIANT_CHECKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Turns the per-operation invariant checks of the `validate` feature on or
+/// off for the whole process. Without the feature there are none and this
+/// does nothing. Tools built alongside the tests (the CLI) turn them off:
+/// they make every operation O(blocks).
+pub fn set_invariant_checks(on: bool) {
+    INVARIANT_CHECKS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The default large pool's index.
 pub(crate) const LARGE_POOL: PoolIdx = PoolIdx(0);
 /// The default small pool's index.
@@ -380,6 +392,10 @@ impl<D: Device> CachingAllocator<D> {
 
     #[inline(always)]
     fn validate(&self) {
+        #[cfg(feature = "validate")]
+        if !INVARIANT_CHECKS.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         #[cfg(feature = "validate")]
         if let Err(violation) = self.check_invariants() {
             panic!("allocator invariant broken: {violation}");
