@@ -12,6 +12,10 @@
 //!   changes it) recorded from vramkit's own allocator: tune with
 //!   `VRAMKIT_BENCH_REPORT_CANDIDATES` (default 8) settings, the doctor, the
 //!   two timeline replays and the HTML, each phase timed once.
+//!
+//! The CLI end to end on the same trace:
+//! `cargo run --release -p vramkit-bench --example synthetic_trace -- 5000000 /tmp/synthetic.pickle`
+//! then `vramkit report /tmp/synthetic.pickle -o report.html`.
 
 use std::time::{Duration, Instant};
 use vramkit_core::AllocatorConfig;

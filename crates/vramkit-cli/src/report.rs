@@ -12,6 +12,8 @@ pub fn run(args: ReportArgs) -> Result<ExitCode, CliError> {
     let file = load(&args.snapshot)?;
     let recorded = recorded_config(&file);
     let all = DeviceTrace::split(&file.snapshot);
+    // The traces are copies: free the file's (large, on long traces) own before replaying.
+    drop(file);
     let trace = match args.device {
         Some(d) => all.into_iter().find(|t| t.device == d).ok_or_else(|| {
             CliError::new(format!("{}: no device {d} in the snapshot", args.snapshot.display()))
