@@ -48,9 +48,13 @@ for snapshot in "$@"; do
     render "$page" --screenshot="$shots/$name.png" >/dev/null 2>>"$work/$name.log"
 
     problems=()
-    # Console errors (a page without scripts has none) and network requests (there must be none).
-    if grep -E 'Uncaught|CONSOLE.*(error|Error)|net::ERR_' "$work/$name.log" >/dev/null; then
-        problems+=("console errors or network requests:$(grep -E 'Uncaught|CONSOLE|net::ERR_' "$work/$name.log" | head -5)")
+    # Console messages (the page has no script, so any is an error) and
+    # failed loads; and no reference to anything outside the file.
+    if grep -E 'Uncaught|:CONSOLE|net::ERR_' "$work/$name.log" >/dev/null; then
+        problems+=("console messages or failed loads: $(grep -E 'Uncaught|:CONSOLE|net::ERR_' "$work/$name.log" | head -5)")
+    fi
+    if sed 's#http://www.w3.org/2000/svg##g' "$page" | grep -Eq 'https?://|src=|<link|@import|url\('; then
+        problems+=("the page refers to something outside itself")
     fi
     grep -q '</html>' "$work/$name.dom" || problems+=("the page did not load")
     grep -q '<script' "$work/$name.dom" && problems+=("the page has a script")

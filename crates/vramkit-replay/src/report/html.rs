@@ -181,7 +181,8 @@ fn legend(out: &mut String) {
 }
 
 fn maps(out: &mut String, r: &Report) {
-    out.push_str("<section id=\"segments\"><h2>Segments at the peak</h2>");
+    let heading = if r.recorded.is_some() { "Segments at the peak" } else { "Segments at snapshot time" };
+    let _ = write!(out, "<section id=\"segments\"><h2>{heading}</h2>");
     legend(out);
     match &r.recorded {
         Some(rec) => {
@@ -209,7 +210,7 @@ fn maps(out: &mut String, r: &Report) {
         None => {
             let _ = write!(
                 out,
-                "<h3>At snapshot time (no events, so no peak to find): {} in {} segments</h3>",
+                "<h3>No events, so no peak to find: {} in {} segments</h3>",
                 format_size(r.diagnosis.memory.reserved_bytes),
                 r.end_segments.len()
             );
