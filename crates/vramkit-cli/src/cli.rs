@@ -25,6 +25,12 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Convert a snapshot between pickle and JSON (both open in pytorch.org/memory_viz).
     Convert(ConvertArgs),
+    /// Find the PYTORCH_CUDA_ALLOC_CONF that reserves the least for the trace.
+    Tune(TuneArgs),
+    /// Explain in plain words where the memory of a snapshot goes, and what to do.
+    Doctor(DoctorArgs),
+    /// Write one self-contained HTML report: charts, segment map, sites, tune, doctor.
+    Report(ReportArgs),
 }
 
 #[derive(Args, Debug)]
@@ -82,4 +88,62 @@ pub struct ConvertArgs {
     /// Output format: json or pickle.
     #[arg(long, value_parser = ["json", "pickle"])]
     pub to: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct TuneArgs {
+    /// Snapshots recorded with _record_memory_history(); several (one per
+    /// rank) also name the setting that is best for the worst of them.
+    #[arg(required = true)]
+    pub snapshots: Vec<PathBuf>,
+    /// Device memory the allocator may use, e.g. 80GiB; a setting that runs
+    /// out of memory at it ranks last. Default: the capacity the trace
+    /// implies when it shows refusals or an out-of-memory error, else
+    /// unlimited. garbage_collection_threshold is only tried with a capacity.
+    #[arg(long)]
+    pub capacity: Option<String>,
+    /// Try at most this many settings (the simplest first; the recorded
+    /// settings always count).
+    #[arg(long)]
+    pub max_candidates: Option<usize>,
+    /// Show every row of the ranked table, not the best 20.
+    #[arg(long)]
+    pub all: bool,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// A snapshot: with allocation events, or state only.
+    pub snapshot: PathBuf,
+    /// Device memory the allocator may use, for the tune it runs (see `vramkit tune`).
+    #[arg(long)]
+    pub capacity: Option<String>,
+    /// Try at most this many settings in the tune it runs.
+    #[arg(long)]
+    pub max_candidates: Option<usize>,
+    /// Print the diagnosis as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A snapshot: with allocation events, or state only.
+    pub snapshot: PathBuf,
+    /// The HTML file to write.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// The device to report on. Default: the first with allocation events,
+    /// else the first.
+    #[arg(long)]
+    pub device: Option<i64>,
+    /// Device memory the allocator may use, for the tune it runs (see `vramkit tune`).
+    #[arg(long)]
+    pub capacity: Option<String>,
+    /// Try at most this many settings in the tune it runs.
+    #[arg(long)]
+    pub max_candidates: Option<usize>,
 }

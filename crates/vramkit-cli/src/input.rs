@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::Path;
 use vramkit_core::AllocatorConfig;
+use vramkit_replay::DeviceTrace;
 use vramkit_trace::SnapshotFile;
 
 /// A command's failure: one line for the user.
@@ -39,7 +40,42 @@ pub fn load(path: &Path) -> Result<SnapshotFile, CliError> {
     if path.is_dir() {
         return Err(CliError::new(format!("{}: is a directory; pass a snapshot file (.pickle or .json)", path.display())));
     }
-    vramkit_trace::read_snapshot(path).map_err(|e| CliError::new(first_line(&e.to_string())))
+    let spinner = crate::progress::spinner(&format!("reading {}", path.display()));
+    let file = vramkit_trace::read_snapshot(path).map_err(|e| CliError::new(first_line(&e.to_string())));
+    spinner.finish_and_clear();
+    file
+}
+
+/// The device traces of a snapshot that hold allocation events, or an
+/// error that says how to record some.
+pub fn traces_with_events(file: &SnapshotFile, path: &Path, what: &str) -> Result<Vec<DeviceTrace>, CliError> {
+    let devices: Vec<DeviceTrace> = DeviceTrace::split(&file.snapshot).into_iter().filter(DeviceTrace::has_allocations).collect();
+    if devices.is_empty() {
+        return Err(CliError::new(format!(
+            "{}: the snapshot has no allocation events to {what} (record it with torch.cuda.memory._record_memory_history(enabled=\"all\")); `vramkit doctor` and `vramkit summary` read state-only snapshots",
+            path.display()
+        )));
+    }
+    Ok(devices)
+}
+
+/// The capacity a replay of `trace` runs against: `given`, else what the
+/// trace implies (refusals or an out-of-memory error), else unlimited; and
+/// which of the three it is.
+pub fn capacity_for(
+    trace: &DeviceTrace,
+    recorded: &AllocatorConfig,
+    given: Option<u64>,
+    path: &Path,
+) -> Result<(Option<u64>, &'static str), CliError> {
+    if given.is_some() {
+        return Ok((given, "given"));
+    }
+    let inferred = vramkit_replay::inferred_capacity(trace, recorded).map_err(|e| CliError::new(format!("{}: {e}", path.display())))?;
+    Ok(match inferred {
+        Some(c) => (Some(c), "inferred from the trace"),
+        None => (None, "unlimited"),
+    })
 }
 
 fn first_line(s: &str) -> String {

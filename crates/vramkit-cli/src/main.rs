@@ -3,9 +3,13 @@
 
 mod cli;
 mod convert;
+mod doctor;
 mod input;
+mod progress;
 mod replay;
+mod report;
 mod summary;
+mod tune;
 mod verify;
 
 use clap::Parser;
@@ -21,6 +25,9 @@ fn main() -> ExitCode {
         cli::Command::Replay(a) => replay::run(a),
         cli::Command::Verify(a) => verify::run(a),
         cli::Command::Convert(a) => convert::run(a),
+        cli::Command::Tune(a) => tune::run(a),
+        cli::Command::Doctor(a) => doctor::run(a),
+        cli::Command::Report(a) => report::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,7 +1,7 @@
 //! `vramkit replay`: peak memory under any settings (or as recorded).
 
 use crate::cli::ReplayArgs;
-use crate::input::{load, parse_size, print_devices, recorded_config, CliError};
+use crate::input::{capacity_for, load, parse_size, print_devices, recorded_config, CliError};
 use std::io::Write;
 use std::process::ExitCode;
 use vramkit_core::AllocatorConfig;
@@ -29,24 +29,15 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
     let mut human = Vec::new();
     for d in &devices {
         let fail = |e: vramkit_replay::ReplayError| CliError::new(format!("{}: {e}", args.snapshot.display()));
-        let inferred = vramkit_replay::verify(d, &recorded).map_err(fail)?.inferred_capacity_bytes;
-        let (capacity, source) = match (given, inferred) {
-            (Some(c), _) => (Some(c), "given"),
-            (None, Some(c)) => (Some(c), "inferred from the trace"),
-            (None, None) => (None, "unlimited"),
-        };
+        let (capacity, source) = capacity_for(d, &recorded, given, &args.snapshot)?;
+        let spinner = crate::progress::spinner(&format!("replaying {} events", d.events.len()));
         let m: Metrics = if args.oracle {
             oracle_replay(d, &recorded, 0).map_err(fail)?
         } else {
-            let options = ModelOptions {
-                config: config.clone(),
-                recorded: recorded.clone(),
-                capacity_bytes: capacity,
-                recorded_capacity_bytes: None,
-                timeline_points: 0,
-            };
-            model_replay(d, &options).map_err(fail)?
+            // The same options `vramkit tune` evaluates each candidate with.
+            model_replay(d, &ModelOptions::for_conf(config.clone(), recorded.clone(), capacity)).map_err(fail)?
         };
+        spinner.finish_and_clear();
         let mut v = serde_json::json!({
             "device": d.device,
             "conf": conf,

@@ -13,7 +13,7 @@ use crate::verify::start_model;
 use crate::window::rebuild_start;
 use crate::ReplayError;
 use crate::AddrMap;
-use vramkit_core::{AllocatorConfig, Error, TraceAction};
+use vramkit_core::{AllocatorConfig, Error, SegmentInfo, TraceAction};
 use vramkit_sim::SimDevice;
 
 /// How to run a model replay.
@@ -32,8 +32,35 @@ pub struct ModelOptions {
     pub timeline_points: usize,
 }
 
+impl ModelOptions {
+    /// The options `vramkit replay --conf` runs with: `config` against
+    /// `capacity_bytes`, no recorded capacity, no timeline. `tune` evaluates
+    /// every candidate with these, so its figures are the ones `replay` prints.
+    pub fn for_conf(config: AllocatorConfig, recorded: AllocatorConfig, capacity_bytes: Option<u64>) -> ModelOptions {
+        ModelOptions { config, recorded, capacity_bytes, recorded_capacity_bytes: None, timeline_points: 0 }
+    }
+}
+
 /// Replays `trace` under `options.config`.
 pub fn model_replay(trace: &DeviceTrace, options: &ModelOptions) -> Result<Metrics, ReplayError> {
+    run(trace, options, false).map(|(m, _)| m)
+}
+
+/// The model's state when reserved bytes first reached their peak.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PeakState {
+    /// Trace entries applied by then (as [`Sample::event`] counts them; 0: the start state).
+    pub event: u64,
+    /// The segments, sorted by address.
+    pub segments: Vec<SegmentInfo>,
+}
+
+/// Like [`model_replay`], and also returns the state at the peak.
+pub fn model_replay_at_peak(trace: &DeviceTrace, options: &ModelOptions) -> Result<(Metrics, PeakState), ReplayError> {
+    run(trace, options, true).map(|(m, s)| (m, s.unwrap_or_default()))
+}
+
+fn run(trace: &DeviceTrace, options: &ModelOptions, keep_peak: bool) -> Result<(Metrics, Option<PeakState>), ReplayError> {
     let start = rebuild_start(trace, &options.recorded)?;
     let top = trace
         .end_segments
@@ -64,6 +91,7 @@ pub fn model_replay(trace: &DeviceTrace, options: &ModelOptions) -> Result<Metri
     let mut failed: AddrMap<()> = AddrMap::default();
     let mut peak_reserved = 0i64;
     let mut largest_at_peak = 0u64;
+    let mut peak = keep_peak.then(|| PeakState { event: 0, segments: model.segments() });
     for (i, e) in trace.events.iter().enumerate() {
         match driver.step(&mut model, i) {
             Step::Alloc(Ok(_)) => {
@@ -76,6 +104,12 @@ pub fn model_replay(trace: &DeviceTrace, options: &ModelOptions) -> Result<Metri
                 m.first_oom_event.get_or_insert(i as u64);
             }
             Step::Alloc(Err(other)) => return Err(ReplayError::Model(other.to_string())),
+            // The request that failed in PyTorch, asked again: under these
+            // settings it may fit, and if it fails it counts as the oracle counts it.
+            Step::Oom { failed: true } => {
+                m.oom_count += 1;
+                m.first_oom_event.get_or_insert(i as u64);
+            }
             _ => {
                 if e.action == TraceAction::FreeCompleted && failed.remove(&e.addr).is_none() {
                     lower.remove(live_requested.remove(&e.addr).unwrap_or(e.size));
@@ -85,7 +119,11 @@ pub fn model_replay(trace: &DeviceTrace, options: &ModelOptions) -> Result<Metri
         let st = model.stats();
         if st.reserved_bytes.all.current > peak_reserved {
             peak_reserved = st.reserved_bytes.all.current;
-            if options.timeline_points > 0 {
+            if keep_peak {
+                let segments = model.segments();
+                largest_at_peak = largest_free_block(&segments);
+                peak = Some(PeakState { event: i as u64 + 1, segments });
+            } else if options.timeline_points > 0 {
                 largest_at_peak = largest_free_block(&model.segments());
             }
             m.waste_bytes_at_peak = (st.reserved_bytes.all.current - st.allocated_bytes.all.current) as u64;
@@ -109,7 +147,7 @@ pub fn model_replay(trace: &DeviceTrace, options: &ModelOptions) -> Result<Metri
     m.lower_bound_bytes = lower.peak;
     m.utilization = if m.peak_reserved_bytes == 0 { 0.0 } else { m.peak_allocated_bytes as f64 / m.peak_reserved_bytes as f64 };
     m.timeline = timeline.samples;
-    Ok(m)
+    Ok((m, peak))
 }
 
 fn largest_free_block(segments: &[vramkit_core::SegmentInfo]) -> u64 {

@@ -41,4 +41,10 @@ impl DeviceTrace {
             matches!(e.action, Alloc | FreeRequested | FreeCompleted | SegmentAlloc | SegmentFree | SegmentMap | SegmentUnmap)
         })
     }
+
+    /// Whether the trace holds `alloc` entries: something to replay under
+    /// other settings (a state-only snapshot may still carry a stray free).
+    pub fn has_allocations(&self) -> bool {
+        self.events.iter().any(|e| e.action == vramkit_core::TraceAction::Alloc)
+    }
 }

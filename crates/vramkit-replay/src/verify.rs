@@ -86,6 +86,16 @@ pub fn verify(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<VerifyRep
     verify_with_capacity(trace, config, None)
 }
 
+/// The device capacity the trace implies under the recorded settings
+/// `config`: the highest reserved level it reaches, when it shows a refused
+/// `cudaMalloc` or an `oom`; `None` (unlimited) otherwise. This is what
+/// [`verify`] reports as `inferred_capacity_bytes`, without replaying.
+pub fn inferred_capacity(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<Option<u64>, ReplayError> {
+    let start = rebuild_start(trace, config)?;
+    let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
+    Ok(classify_with_capacity(&trace.events, start_reserved, config, None).1)
+}
+
 /// Verifies with a known device capacity (bytes the allocator could use,
 /// and the total a memory fraction is taken of). Traces do not record it;
 /// a garbage-collection threshold with a memory fraction needs it to be exact.

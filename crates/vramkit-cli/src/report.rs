@@ -1,0 +1,46 @@
+//! `vramkit report`: one self-contained HTML file.
+
+use crate::cli::ReportArgs;
+use crate::doctor::diagnoses;
+use crate::input::{load, recorded_config, CliError};
+use std::io::Write;
+use std::process::ExitCode;
+use vramkit_replay::report::{build, ReportInput};
+use vramkit_replay::DeviceTrace;
+
+pub fn run(args: ReportArgs) -> Result<ExitCode, CliError> {
+    let file = load(&args.snapshot)?;
+    let recorded = recorded_config(&file);
+    let all = DeviceTrace::split(&file.snapshot);
+    // The traces are copies: free the file's (large, on long traces) own before replaying.
+    drop(file);
+    let trace = match args.device {
+        Some(d) => all.into_iter().find(|t| t.device == d).ok_or_else(|| {
+            CliError::new(format!("{}: no device {d} in the snapshot", args.snapshot.display()))
+        })?,
+        None => {
+            let first_with_events = all.iter().position(DeviceTrace::has_allocations).unwrap_or(0);
+            all.into_iter().nth(first_with_events).ok_or_else(|| {
+                CliError::new(format!("{}: the snapshot has no segments and no trace", args.snapshot.display()))
+            })?
+        }
+    };
+    let traces = [trace];
+    let found = diagnoses(&traces, &args.snapshot, &recorded, args.capacity.as_deref(), args.max_candidates)?;
+    let label = args.snapshot.file_name().map_or_else(|| args.snapshot.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let spinner = crate::progress::spinner("report: replaying the recorded and recommended settings");
+    let report = build(&ReportInput {
+        label,
+        trace: &traces[0],
+        recorded,
+        capacity_bytes: found.capacities[0],
+        tune: found.tune.as_ref().map(|r| &r.results[0]),
+        diagnosis: &found.diagnoses[0],
+    })
+    .map_err(|e| CliError::new(format!("{}: {e}", args.snapshot.display())))?;
+    let html = report.to_html();
+    spinner.finish_and_clear();
+    std::fs::write(&args.output, &html).map_err(|e| CliError::new(format!("{}: {e}", args.output.display())))?;
+    writeln!(std::io::stdout(), "wrote {} ({} KiB)", args.output.display(), html.len().div_ceil(1024))?;
+    Ok(ExitCode::SUCCESS)
+}

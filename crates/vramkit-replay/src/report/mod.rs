@@ -1,0 +1,235 @@
+//! `report`: one self-contained HTML page about a snapshot.
+//!
+//! # Architecture
+//! [`build`] gathers the figures: a model replay under the recorded
+//! settings and one under the recommended settings (from a `tune` result),
+//! each keeping a downsampled timeline and the segments at its peak; the
+//! allocation sites live at the recorded peak; the tune table and the
+//! doctor text. [`Report::to_html`] renders them: `svg.rs` draws the charts
+//! by hand, `html.rs` lays out the page. The page has no script and loads
+//! nothing, so it opens anywhere, offline, and the drawing stays small on
+//! traces of millions of entries (timelines keep about
+//! [`TIMELINE_POINTS`] samples, always with each bucket's peaks).
+
+mod html;
+pub mod svg;
+
+pub use html::escape;
+
+use crate::doctor::{site_name, Diagnosis, Site};
+use crate::model::{model_replay_at_peak, ModelOptions, PeakState};
+use crate::trace::DeviceTrace;
+use crate::tune::TuneResult;
+use crate::window::rebuild_start;
+use crate::{Metrics, ReplayError};
+use std::collections::HashMap;
+use vramkit_core::rounding::round_size;
+use vramkit_core::{AllocatorConfig, Frame, Frames, SegmentInfo, TraceAction};
+
+/// Samples kept per timeline (about).
+pub const TIMELINE_POINTS: usize = 2000;
+/// Sites listed.
+const TOP_SITES: usize = 15;
+
+/// What a report is about.
+#[derive(Clone, Debug)]
+pub struct ReportInput<'a> {
+    /// The snapshot's name.
+    pub label: String,
+    /// The device trace (with or without events).
+    pub trace: &'a DeviceTrace,
+    /// The recorded settings.
+    pub recorded: AllocatorConfig,
+    /// The capacity replays ran against.
+    pub capacity_bytes: Option<u64>,
+    /// The tune result, when the trace has events.
+    pub tune: Option<&'a TuneResult>,
+    /// The doctor's diagnosis.
+    pub diagnosis: &'a Diagnosis,
+}
+
+/// One replay drawn in the report.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// The settings string.
+    pub conf: String,
+    /// Its figures, with the timeline.
+    pub metrics: Metrics,
+    /// The state at its peak.
+    pub peak: PeakState,
+}
+
+/// Everything the page shows.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The snapshot's name.
+    pub label: String,
+    /// Device index.
+    pub device: i64,
+    /// Trace entries.
+    pub events: u64,
+    /// The capacity replays ran against.
+    pub capacity_bytes: Option<u64>,
+    /// Under the recorded settings (snapshots with events).
+    pub recorded: Option<Run>,
+    /// Under the recommended settings, when they differ.
+    pub recommended: Option<Run>,
+    /// The snapshot's own segments (what a state-only report maps).
+    pub end_segments: Vec<SegmentInfo>,
+    /// Sites live at the recorded peak (or at snapshot time without events).
+    pub sites: Vec<Site>,
+    /// Whether `sites` are at the peak (else at snapshot time).
+    pub sites_at_peak: bool,
+    /// The tune result.
+    pub tune: Option<TuneResult>,
+    /// The doctor's text.
+    pub doctor_text: String,
+    /// The diagnosis the text was written from.
+    pub diagnosis: Diagnosis,
+}
+
+/// Runs the replays the page draws and collects the rest.
+pub fn build(input: &ReportInput<'_>) -> Result<Report, ReplayError> {
+    let trace = input.trace;
+    let replay = |conf: &str, config: AllocatorConfig| -> Result<Run, ReplayError> {
+        let mut options = ModelOptions::for_conf(config, input.recorded.clone(), input.capacity_bytes);
+        options.timeline_points = TIMELINE_POINTS;
+        let (metrics, peak) = model_replay_at_peak(trace, &options)?;
+        Ok(Run { conf: conf.to_string(), metrics, peak })
+    };
+    let (mut recorded, mut recommended, mut sites, mut sites_at_peak) = (None, None, input.diagnosis.top_sites_by_bytes.clone(), false);
+    if trace.has_allocations() {
+        let recorded_conf = input.recorded.to_conf_string();
+        let other = input.tune.filter(|t| t.recommended != t.recorded.conf).map(|t| t.recommended.clone());
+        let (a, b) = rayon::join(
+            || replay(&recorded_conf, input.recorded.clone()),
+            || {
+                other.as_ref().map(|conf| {
+                    let config = AllocatorConfig::parse(conf).map_err(|e| ReplayError::Model(e.to_string()))?;
+                    replay(conf, config)
+                })
+            },
+        );
+        let a = a?;
+        sites = live_sites_at(trace, &input.recorded, a.peak.event, TOP_SITES)?;
+        sites_at_peak = true;
+        recorded = Some(a);
+        recommended = b.transpose()?;
+    }
+    Ok(Report {
+        label: input.label.clone(),
+        device: trace.device,
+        events: trace.events.len() as u64,
+        capacity_bytes: input.capacity_bytes,
+        recorded,
+        recommended,
+        end_segments: trace.end_segments.clone(),
+        sites,
+        sites_at_peak,
+        tune: input.tune.cloned(),
+        doctor_text: input.diagnosis.to_string(),
+        diagnosis: input.diagnosis.clone(),
+    })
+}
+
+impl Report {
+    /// The page.
+    pub fn to_html(&self) -> String {
+        html::page(self)
+    }
+}
+
+/// The allocation sites of the blocks live after the first `event` trace
+/// entries: blocks of the rebuilt start state, plus allocations not yet
+/// completely freed. Bytes are rounded request sizes.
+pub fn live_sites_at(trace: &DeviceTrace, recorded: &AllocatorConfig, event: u64, top: usize) -> Result<Vec<Site>, ReplayError> {
+    let start = rebuild_start(trace, recorded)?;
+    let mut live: HashMap<u64, (u64, u64, Option<Frames>)> = HashMap::new();
+    for b in start.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()) {
+        live.insert(b.address, (b.size, b.requested_size, b.frames.clone()));
+    }
+    let upto = (event as usize).min(trace.events.len());
+    for e in &trace.events[..upto] {
+        match e.action {
+            TraceAction::Alloc => {
+                live.insert(e.addr, (round_size(e.size, &recorded.roundup_power2_divisions), e.size, e.frames.clone()));
+            }
+            TraceAction::FreeCompleted => {
+                live.remove(&e.addr);
+            }
+            _ => {}
+        }
+    }
+    // One name per distinct stack (PyTorch files share stacks between entries).
+    let mut names: HashMap<*const Frame, String> = HashMap::new();
+    let mut by: HashMap<String, Site> = HashMap::new();
+    for (size, requested, frames) in live.into_values() {
+        let name = match &frames {
+            Some(f) => names.entry(f.as_ptr()).or_insert_with(|| site_name(Some(f))).clone(),
+            None => site_name(None),
+        };
+        let site = by.entry(name.clone()).or_insert_with(|| Site { site: name, ..Site::default() });
+        site.block_count += 1;
+        site.bytes += size;
+        site.requested_bytes += requested;
+    }
+    let mut all: Vec<Site> = by.into_values().collect();
+    all.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    all.truncate(top);
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic::{record, Workload};
+    use crate::tune::{tune, TuneInput, TuneOptions};
+
+    #[test]
+    fn a_report_on_a_synthetic_trace_draws_both_runs_and_keeps_their_peaks() {
+        let snap = record(&Workload::new(30_000));
+        let trace = &DeviceTrace::split(&snap)[0];
+        let recorded = AllocatorConfig::pytorch_default();
+        let input = TuneInput { label: "synthetic".into(), trace, recorded: recorded.clone(), capacity_bytes: None };
+        let t = tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(12) }, &|| ()).unwrap();
+        let t = &t.results[0];
+        let diagnosis = crate::doctor::diagnose(trace, &recorded, Some(t)).unwrap();
+        let report = build(&ReportInput {
+            label: "synthetic".into(),
+            trace,
+            recorded,
+            capacity_bytes: None,
+            tune: Some(t),
+            diagnosis: &diagnosis,
+        })
+        .unwrap();
+        let r = report.recorded.as_ref().unwrap();
+        // The timeline never drops the peak, and the figures are tune's.
+        assert_eq!(r.metrics.peak_reserved_bytes, t.recorded.peak_reserved_bytes);
+        assert_eq!(r.metrics.timeline.iter().map(|s| s.reserved_bytes).max(), Some(r.metrics.peak_reserved_bytes));
+        assert_eq!(r.metrics.timeline.iter().map(|s| s.allocated_bytes).max(), Some(r.metrics.peak_allocated_bytes));
+        assert!(r.metrics.timeline.len() <= TIMELINE_POINTS + 2);
+        assert_eq!(r.peak.segments.iter().map(|s| s.total_size).sum::<u64>(), r.metrics.peak_reserved_bytes);
+        if let Some(b) = &report.recommended {
+            assert_eq!(b.metrics.peak_reserved_bytes, t.best.peak_reserved_bytes);
+        }
+        assert!(report.sites_at_peak);
+        assert!(report.sites[0].site.contains(".py:"), "{:?}", report.sites);
+        let html = report.to_html();
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(!html.contains("<script"));
+        assert!(!html.contains("http://") || html.matches("http://").count() == html.matches("http://www.w3.org/2000/svg").count());
+        assert!(html.contains(r#"id="timeline""#) && html.contains(r#"id="segment-map-recorded""#));
+        assert!(html.contains("Settings tried"));
+    }
+
+    #[test]
+    fn live_sites_follow_allocations_and_completed_frees() {
+        let snap = record(&Workload::new(5_000));
+        let trace = &DeviceTrace::split(&snap)[0];
+        let config = AllocatorConfig::pytorch_default();
+        let at_end = live_sites_at(trace, &config, trace.events.len() as u64, usize::MAX).unwrap();
+        let live_end: u64 = trace.end_segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()).count() as u64;
+        assert_eq!(at_end.iter().map(|s| s.block_count).sum::<u64>(), live_end);
+    }
+}

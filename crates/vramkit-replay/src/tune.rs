@@ -1,0 +1,569 @@
+//! `tune`: which `PYTORCH_CUDA_ALLOC_CONF` reserves the least for a trace?
+//!
+//! [`candidates`] builds the settings to try: the recorded settings, then
+//! every combination of `max_split_size_mb` (unset and a geometric range up
+//! to the largest segment the trace needs), `roundup_power2_divisions`
+//! (unset, the single-number form, two list forms), `expandable_segments`
+//! and, when a capacity is known, `garbage_collection_threshold` with a
+//! `per_process_memory_fraction` (PyTorch only collects under a fraction
+//! limit), simplest first. [`tune`] replays every (trace, candidate) pair in
+//! parallel with rayon. Each replay is [`model_replay`] with
+//! [`ModelOptions::for_conf`], exactly what `vramkit replay --conf` runs, so
+//! a candidate's figures are the ones `replay` prints for its string.
+//!
+//! Ranking: no out-of-memory at the capacity first, then the lowest peak
+//! reserved, then the fewest device calls (`cudaMalloc` plus `cudaFree`, or
+//! map plus unmap), then the order of generation: the recorded settings win
+//! a full tie, so vramkit never recommends a change that gains nothing.
+//! Several traces (one per rank) are tuned against the same candidates, and
+//! the candidate whose worst trace is best is named for the whole job.
+
+use crate::model::{model_replay, ModelOptions};
+use crate::trace::DeviceTrace;
+use crate::ReplayError;
+use rayon::prelude::*;
+use std::fmt;
+use vramkit_core::rounding::{get_allocation_size, round_size};
+use vramkit_core::{format_size, AllocatorConfig, TraceAction};
+
+const MIB: u64 = 1 << 20;
+
+/// `max_split_size_mb` values start here (R26 refuses less than
+/// `large_segment_size_mb`, 20 by default).
+const MAX_SPLIT_FLOOR_MIB: u64 = 32;
+/// At most this many `max_split_size_mb` values.
+const MAX_SPLIT_VALUES: usize = 6;
+/// `roundup_power2_divisions` values: the single-number form, then list
+/// forms (PyTorch's documented example, rounding only large requests, and
+/// its mirror, rounding only small ones).
+const ROUNDUP_VALUES: [&str; 5] = ["2", "4", "8", "[256:1,512:2,1024:4,>:8]", "[64:8,512:4,>:1]"];
+/// (`garbage_collection_threshold`, `per_process_memory_fraction`) pairs.
+const GC_VALUES: [(f64, f64); 4] = [(0.6, 0.99), (0.8, 0.99), (0.6, 0.9), (0.8, 0.9)];
+
+/// One setting to try.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// The `PYTORCH_CUDA_ALLOC_CONF` string (empty: PyTorch's defaults).
+    pub conf: String,
+    /// The settings it gives.
+    pub config: AllocatorConfig,
+}
+
+/// One trace to tune.
+#[derive(Clone, Debug)]
+pub struct TuneInput<'a> {
+    /// How reports name it (a file name, a rank).
+    pub label: String,
+    /// The trace.
+    pub trace: &'a DeviceTrace,
+    /// The settings it was recorded with.
+    pub recorded: AllocatorConfig,
+    /// Device bytes the allocator may use (`None`: unlimited).
+    pub capacity_bytes: Option<u64>,
+}
+
+/// How to tune.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TuneOptions {
+    /// Try at most this many candidates (the recorded settings always
+    /// count, and simpler candidates come first). `None`: all of them.
+    pub max_candidates: Option<usize>,
+}
+
+/// One candidate replayed against one trace.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Outcome {
+    /// The `PYTORCH_CUDA_ALLOC_CONF` string (empty: PyTorch's defaults).
+    pub conf: String,
+    /// Highest reserved bytes.
+    pub peak_reserved_bytes: u64,
+    /// `device_mallocs + device_frees`.
+    pub device_calls: u64,
+    /// Some allocation failed at the capacity.
+    pub oom: bool,
+    /// 1 for the best.
+    pub rank: usize,
+    /// Highest allocated bytes.
+    pub peak_allocated_bytes: u64,
+    /// `cudaMalloc` (or map) calls.
+    pub device_mallocs: u64,
+    /// `cudaFree` (or unmap) calls.
+    pub device_frees: u64,
+    /// Allocations that failed.
+    pub oom_count: u64,
+    /// The first trace entry that failed.
+    pub first_oom_event: Option<u64>,
+    /// The live-bytes lower bound under this candidate's page size.
+    pub lower_bound_bytes: u64,
+    /// The replay could not run under this candidate (it then ranks last).
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    fn new(conf: &str, result: &Result<crate::Metrics, ReplayError>) -> Outcome {
+        match result {
+            Ok(m) => Outcome {
+                conf: conf.to_string(),
+                peak_reserved_bytes: m.peak_reserved_bytes,
+                device_calls: m.device_mallocs + m.device_frees,
+                oom: m.first_oom_event.is_some(),
+                rank: 0,
+                peak_allocated_bytes: m.peak_allocated_bytes,
+                device_mallocs: m.device_mallocs,
+                device_frees: m.device_frees,
+                oom_count: m.oom_count,
+                first_oom_event: m.first_oom_event,
+                lower_bound_bytes: m.lower_bound_bytes,
+                error: None,
+            },
+            Err(e) => Outcome {
+                conf: conf.to_string(),
+                peak_reserved_bytes: 0,
+                device_calls: 0,
+                oom: false,
+                rank: 0,
+                peak_allocated_bytes: 0,
+                device_mallocs: 0,
+                device_frees: 0,
+                oom_count: 0,
+                first_oom_event: None,
+                lower_bound_bytes: 0,
+                error: Some(e.to_string()),
+            },
+        }
+    }
+
+    /// Smaller is better; `index` is the order of generation.
+    fn key(&self, index: usize) -> (bool, bool, u64, u64, u64, usize) {
+        (self.error.is_some(), self.oom, self.oom_count, self.peak_reserved_bytes, self.device_calls, index)
+    }
+}
+
+/// The result of tuning one trace.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TuneResult {
+    /// The input's label.
+    pub label: String,
+    /// Device index of the trace.
+    pub device: i64,
+    /// Trace entries replayed per candidate.
+    pub events: u64,
+    /// The capacity every candidate ran against (`None`: unlimited).
+    pub capacity_bytes: Option<u64>,
+    /// The recorded settings' outcome.
+    pub recorded: Outcome,
+    /// The best candidate's outcome.
+    pub best: Outcome,
+    /// `best.conf`: the string to set.
+    pub recommended: String,
+    /// The least any candidate's live bytes imply (no setting reserves less).
+    pub lower_bound_bytes: u64,
+    /// `recorded.peak_reserved_bytes - best.peak_reserved_bytes`.
+    pub saving_bytes: i64,
+    /// `saving_bytes` as a percentage of the recorded peak.
+    pub saving_percent: f64,
+    /// Every candidate, best first.
+    pub candidates: Vec<Outcome>,
+}
+
+/// The candidate whose worst trace is best, when several traces are tuned.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct WorstCase {
+    /// The string to set on every rank.
+    pub recommended: String,
+    /// Its highest peak reserved over the traces.
+    pub worst_peak_reserved_bytes: u64,
+    /// The trace with that peak.
+    pub worst_label: String,
+    /// Some trace runs out of memory even under it.
+    pub oom: bool,
+    /// Under the recorded settings, the highest peak over the traces.
+    pub recorded_worst_peak_reserved_bytes: u64,
+    /// Its peak reserved on every trace, in input order.
+    pub peaks: Vec<(String, u64)>,
+}
+
+/// Everything [`tune`] found.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TuneReport {
+    /// One result per input, in input order.
+    pub results: Vec<TuneResult>,
+    /// With more than one input: the best setting for the worst of them.
+    pub worst_case: Option<WorstCase>,
+}
+
+/// The settings to try for `inputs`: each input's recorded settings, then
+/// the generated grid, simplest first, without duplicates (two strings that
+/// give the same settings count once), at most `options.max_candidates`.
+pub fn candidates(inputs: &[TuneInput<'_>], options: &TuneOptions) -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = Vec::new();
+    let push = |out: &mut Vec<Candidate>, c: Candidate| {
+        if !out.iter().any(|o| o.config == c.config) {
+            out.push(c);
+        }
+    };
+    for input in inputs {
+        push(&mut out, Candidate { conf: input.recorded.to_conf_string(), config: input.recorded.clone() });
+    }
+    let recorded_count = out.len();
+
+    let largest = inputs.iter().map(|i| largest_segment(i.trace)).max().unwrap_or(0);
+    let max_split = max_split_values(largest);
+    let expandable = ["", "expandable_segments:True"];
+    let gc: Vec<String> = if inputs.iter().any(|i| i.capacity_bytes.is_some()) {
+        GC_VALUES
+            .iter()
+            .map(|(t, f)| format!("garbage_collection_threshold:{t},per_process_memory_fraction:{f}"))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // (complexity, parts in PYTORCH_CUDA_ALLOC_CONF order)
+    let mut grid: Vec<(usize, String)> = Vec::new();
+    for (e, expandable_part) in expandable.iter().enumerate() {
+        for m in 0..=max_split.len() {
+            for r in 0..=ROUNDUP_VALUES.len() {
+                for g in 0..=gc.len() {
+                    let mut parts: Vec<String> = Vec::new();
+                    if m > 0 {
+                        parts.push(format!("max_split_size_mb:{}", max_split[m - 1]));
+                    }
+                    if r > 0 {
+                        parts.push(format!("roundup_power2_divisions:{}", ROUNDUP_VALUES[r - 1]));
+                    }
+                    if g > 0 {
+                        parts.push(gc[g - 1].clone());
+                    }
+                    if e > 0 {
+                        parts.push(expandable_part.to_string());
+                    }
+                    let complexity = [e, m, r, g].iter().filter(|&&i| i > 0).count();
+                    grid.push((complexity, parts.join(",")));
+                }
+            }
+        }
+    }
+    grid.sort_by_key(|(complexity, _)| *complexity);
+    let limit = options.max_candidates.unwrap_or(usize::MAX).max(recorded_count);
+    for (_, conf) in grid {
+        if out.len() >= limit {
+            break;
+        }
+        // Every generated string is valid; a refusal would be a bug in the table above.
+        if let Ok(config) = AllocatorConfig::parse(&conf) {
+            push(&mut out, Candidate { conf, config });
+        } else {
+            debug_assert!(false, "generated an invalid setting {conf:?}");
+        }
+    }
+    out
+}
+
+/// The largest segment the trace's requests need (or its end state holds).
+fn largest_segment(trace: &DeviceTrace) -> u64 {
+    let divisions = [0; vramkit_core::rounding::ROUNDUP_INTERVALS];
+    let requests = trace
+        .events
+        .iter()
+        .filter(|e| e.action == TraceAction::Alloc)
+        .map(|e| get_allocation_size(round_size(e.size, &divisions), vramkit_core::rounding::LARGE_BUFFER));
+    let segments = trace.end_segments.iter().map(|s| s.total_size);
+    requests.chain(segments).max().unwrap_or(0)
+}
+
+/// Powers of two from 32 MiB up to below `largest` (a value at or above it
+/// acts like unset), at most [`MAX_SPLIT_VALUES`] of them, evenly spread.
+fn max_split_values(largest: u64) -> Vec<u64> {
+    let mut all = Vec::new();
+    let mut mib = MAX_SPLIT_FLOOR_MIB;
+    while mib * MIB < largest {
+        all.push(mib);
+        mib *= 2;
+    }
+    if all.len() <= MAX_SPLIT_VALUES {
+        return all;
+    }
+    let n = all.len();
+    (0..MAX_SPLIT_VALUES).map(|k| all[k * (n - 1) / (MAX_SPLIT_VALUES - 1)]).collect()
+}
+
+/// Replays every candidate against every input, in parallel, calling
+/// `progress` after each replay (from any thread). Fails only when an
+/// input cannot be replayed under its recorded settings.
+pub fn tune(
+    inputs: &[TuneInput<'_>],
+    options: &TuneOptions,
+    progress: &(dyn Fn() + Sync),
+) -> Result<TuneReport, ReplayError> {
+    let cands = candidates(inputs, options);
+    tune_candidates(inputs, &cands, progress)
+}
+
+/// [`tune`] with a given candidate list. Each input's recorded settings
+/// are added in front when the list lacks them.
+pub fn tune_candidates(
+    inputs: &[TuneInput<'_>],
+    given: &[Candidate],
+    progress: &(dyn Fn() + Sync),
+) -> Result<TuneReport, ReplayError> {
+    let mut cands: Vec<Candidate> = Vec::new();
+    for input in inputs {
+        if !cands.iter().chain(given).any(|c| c.config == input.recorded) {
+            cands.push(Candidate { conf: input.recorded.to_conf_string(), config: input.recorded.clone() });
+        }
+    }
+    cands.extend(given.iter().cloned());
+
+    let pairs: Vec<(usize, usize)> = (0..inputs.len()).flat_map(|i| (0..cands.len()).map(move |c| (i, c))).collect();
+    let replayed: Vec<Result<crate::Metrics, ReplayError>> = pairs
+        .par_iter()
+        .map(|&(i, c)| {
+            let input = &inputs[i];
+            let options = ModelOptions::for_conf(cands[c].config.clone(), input.recorded.clone(), input.capacity_bytes);
+            let result = model_replay(input.trace, &options);
+            progress();
+            result
+        })
+        .collect();
+
+    let mut results = Vec::with_capacity(inputs.len());
+    let mut grid: Vec<Vec<Outcome>> = Vec::with_capacity(inputs.len());
+    for (i, input) in inputs.iter().enumerate() {
+        let row = &replayed[i * cands.len()..(i + 1) * cands.len()];
+        let recorded_at = cands.iter().position(|c| c.config == input.recorded).expect("added above");
+        if let Err(e) = &row[recorded_at] {
+            return Err(e.clone());
+        }
+        let outcomes: Vec<Outcome> = cands.iter().zip(row).map(|(c, r)| Outcome::new(&c.conf, r)).collect();
+        let mut order: Vec<usize> = (0..outcomes.len()).collect();
+        order.sort_by_key(|&k| outcomes[k].key(k));
+        let mut ranked: Vec<Outcome> = order.iter().map(|&k| outcomes[k].clone()).collect();
+        for (r, o) in ranked.iter_mut().enumerate() {
+            o.rank = r + 1;
+        }
+        let recorded = ranked[order.iter().position(|&k| k == recorded_at).expect("ranked")].clone();
+        let best = ranked[0].clone();
+        let lower_bound_bytes = ranked.iter().filter(|o| o.error.is_none()).map(|o| o.lower_bound_bytes).min().unwrap_or(0);
+        let saving_bytes = recorded.peak_reserved_bytes as i64 - best.peak_reserved_bytes as i64;
+        let saving_percent =
+            if recorded.peak_reserved_bytes == 0 { 0.0 } else { 100.0 * saving_bytes as f64 / recorded.peak_reserved_bytes as f64 };
+        results.push(TuneResult {
+            label: input.label.clone(),
+            device: input.trace.device,
+            events: input.trace.events.len() as u64,
+            capacity_bytes: input.capacity_bytes,
+            recommended: best.conf.clone(),
+            recorded,
+            best,
+            lower_bound_bytes,
+            saving_bytes,
+            saving_percent,
+            candidates: ranked,
+        });
+        grid.push(outcomes);
+    }
+    let worst_case = (inputs.len() > 1).then(|| worst_case(inputs, &cands, &grid));
+    Ok(TuneReport { results, worst_case })
+}
+
+fn worst_case(inputs: &[TuneInput<'_>], cands: &[Candidate], grid: &[Vec<Outcome>]) -> WorstCase {
+    let worst_of = |c: usize| -> (usize, u64) {
+        let i = (0..inputs.len()).max_by_key(|&i| grid[i][c].peak_reserved_bytes).expect("inputs");
+        (i, grid[i][c].peak_reserved_bytes)
+    };
+    let key = |c: usize| {
+        let any_error = grid.iter().any(|row| row[c].error.is_some());
+        let ooms: u64 = grid.iter().map(|row| row[c].oom_count).sum();
+        let calls: u64 = grid.iter().map(|row| row[c].device_calls).sum();
+        (any_error, ooms > 0, ooms, worst_of(c).1, calls, c)
+    };
+    let best = (0..cands.len()).min_by_key(|&c| key(c)).expect("candidates");
+    let (worst, peak) = worst_of(best);
+    let recorded_worst = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| {
+            let c = cands.iter().position(|c| c.config == input.recorded).expect("recorded is a candidate");
+            grid[i][c].peak_reserved_bytes
+        })
+        .max()
+        .unwrap_or(0);
+    WorstCase {
+        recommended: cands[best].conf.clone(),
+        worst_peak_reserved_bytes: peak,
+        worst_label: inputs[worst].label.clone(),
+        oom: grid.iter().any(|row| row[best].oom),
+        recorded_worst_peak_reserved_bytes: recorded_worst,
+        peaks: inputs.iter().zip(grid).map(|(input, row)| (input.label.clone(), row[best].peak_reserved_bytes)).collect(),
+    }
+}
+
+/// How a settings string reads in a table: `(PyTorch defaults)` when empty.
+pub fn show_conf(conf: &str) -> &str {
+    if conf.is_empty() {
+        "(PyTorch defaults)"
+    } else {
+        conf
+    }
+}
+
+/// How a settings string reads in a sentence.
+pub fn describe_conf(conf: &str) -> String {
+    if conf.is_empty() {
+        "PyTorch's defaults".to_string()
+    } else {
+        format!("PYTORCH_CUDA_ALLOC_CONF=\"{conf}\"")
+    }
+}
+
+impl TuneResult {
+    /// The ranked table with at most `rows` candidates (the recorded
+    /// settings are always shown), then the recommendation.
+    pub fn table(&self, rows: usize) -> String {
+        let mut out = String::new();
+        let capacity = self.capacity_bytes.map_or("unlimited".to_string(), format_size);
+        out.push_str(&format!(
+            "{} (device {}): {} events, {} settings replayed against capacity {}\n",
+            self.label,
+            self.device,
+            self.events,
+            self.candidates.len(),
+            capacity
+        ));
+        out.push_str(&format!(
+            "{:>5}  {:>13}  {:>11}  {:>12}  {:<4}  PYTORCH_CUDA_ALLOC_CONF\n",
+            "rank", "peak reserved", "vs recorded", "device calls", "OOM"
+        ));
+        for o in &self.candidates {
+            let is_recorded = o.conf == self.recorded.conf;
+            if o.rank > rows && !is_recorded {
+                continue;
+            }
+            let versus = if self.recorded.peak_reserved_bytes == 0 || o.error.is_some() {
+                "-".to_string()
+            } else {
+                let d = o.peak_reserved_bytes as f64 / self.recorded.peak_reserved_bytes as f64 - 1.0;
+                format!("{:+.1}%", 100.0 * d)
+            };
+            let (peak, calls, oom) = match &o.error {
+                Some(_) => ("failed".to_string(), "-".to_string(), "-"),
+                None => (format_size(o.peak_reserved_bytes), o.device_calls.to_string(), if o.oom { "yes" } else { "no" }),
+            };
+            out.push_str(&format!(
+                "{:>5}  {:>13}  {:>11}  {:>12}  {:<4}  {}{}\n",
+                o.rank,
+                peak,
+                versus,
+                calls,
+                oom,
+                show_conf(&o.conf),
+                if is_recorded { "  <- recorded" } else { "" }
+            ));
+        }
+        let hidden = self.candidates.iter().filter(|o| o.rank > rows && o.conf != self.recorded.conf).count();
+        if hidden > 0 {
+            out.push_str(&format!("  ({hidden} more; --all shows every row)\n"));
+        }
+        out.push_str(&format!(
+            "lower bound: {} (the peak of live bytes, rounded as the allocator must; no setting reserves less)\n",
+            format_size(self.lower_bound_bytes)
+        ));
+        if self.best.oom {
+            out.push_str(&format!(
+                "no setting tried avoids running out of memory at {capacity}; the one with the fewest failures is below\n"
+            ));
+        }
+        out.push_str(&format!("recommended: PYTORCH_CUDA_ALLOC_CONF=\"{}\"\n", self.recommended));
+        if self.best.conf == self.recorded.conf {
+            out.push_str("the recorded settings are already the best of those tried\n");
+        } else if self.recorded.oom && !self.best.oom {
+            out.push_str(&format!(
+                "the recorded settings, {}, run out of memory at {capacity}; the recommended ones do not (peak {} -> {})\n",
+                describe_conf(&self.recorded.conf),
+                format_size(self.recorded.peak_reserved_bytes),
+                format_size(self.best.peak_reserved_bytes),
+            ));
+        } else {
+            out.push_str(&format!(
+                "saving: {} of peak reserved ({:.1}%) against the recorded settings, {} ({} -> {})\n",
+                format_size(self.saving_bytes.unsigned_abs()),
+                self.saving_percent,
+                describe_conf(&self.recorded.conf),
+                format_size(self.recorded.peak_reserved_bytes),
+                format_size(self.best.peak_reserved_bytes),
+            ));
+        }
+        out
+    }
+}
+
+impl fmt::Display for TuneResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.table(20))
+    }
+}
+
+impl fmt::Display for WorstCase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "for every rank: PYTORCH_CUDA_ALLOC_CONF=\"{}\"", self.recommended)?;
+        writeln!(
+            f,
+            "  worst rank {} peaks at {} (recorded settings: worst rank peaks at {}){}",
+            self.worst_label,
+            format_size(self.worst_peak_reserved_bytes),
+            format_size(self.recorded_worst_peak_reserved_bytes),
+            if self.oom { "; some rank still runs out of memory" } else { "" }
+        )?;
+        for (label, peak) in &self.peaks {
+            writeln!(f, "  {label}: {}", format_size(*peak))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_split_values_are_powers_of_two_below_the_largest_segment() {
+        assert_eq!(max_split_values(0), Vec::<u64>::new());
+        assert_eq!(max_split_values(154 * MIB), vec![32, 64, 128]);
+        assert_eq!(max_split_values(128 * MIB), vec![32, 64]);
+        let many = max_split_values(1 << 50);
+        assert_eq!(many.len(), MAX_SPLIT_VALUES);
+        assert_eq!(many[0], 32);
+        assert!(many.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn every_generated_setting_parses_and_the_recorded_one_comes_first() {
+        let trace = DeviceTrace {
+            device: 0,
+            end_segments: Vec::new(),
+            events: vec![vramkit_core::TraceEntry::new(TraceAction::Alloc, 0, 300 * MIB, 0)],
+        };
+        let recorded = AllocatorConfig::parse("max_split_size_mb:200").unwrap();
+        let input = TuneInput { label: "t".into(), trace: &trace, recorded: recorded.clone(), capacity_bytes: Some(1 << 34) };
+        let all = candidates(std::slice::from_ref(&input), &TuneOptions::default());
+        assert_eq!(all[0].config, recorded);
+        assert_eq!(all[0].conf, "max_split_size_mb:200");
+        assert_eq!(all[1].conf, "");
+        // 2 expandable x 5 max_split (unset, 32..256) x 6 roundup x 5 gc, less nothing: all distinct.
+        assert_eq!(all.len(), 1 + 2 * 5 * 6 * 5);
+        for c in &all[1..] {
+            assert_eq!(AllocatorConfig::parse(&c.conf).unwrap(), c.config, "{}", c.conf);
+        }
+        assert!(all.iter().any(|c| c.conf == "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"));
+        assert!(all.iter().any(|c| c.conf.contains("garbage_collection_threshold:0.6,per_process_memory_fraction:0.99")));
+        // Simplest first: one key at a time before any combination.
+        let first_combination = all.iter().position(|c| c.conf.contains(',') && !c.conf.contains("garbage")).unwrap();
+        assert!(all[1..first_combination].iter().all(|c| !c.conf.contains(',') || c.conf.starts_with("garbage")));
+        let limited = candidates(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(10) });
+        assert_eq!(limited.len(), 10);
+        assert_eq!(limited[..], all[..10]);
+        // No capacity: no garbage collection (it needs a fraction of a known capacity).
+        let input = TuneInput { capacity_bytes: None, ..input };
+        assert!(candidates(&[input], &TuneOptions::default()).iter().all(|c| !c.conf.contains("garbage")));
+    }
+}
