@@ -7,7 +7,7 @@
 //! [`read_snapshot`] uses vramkit-trace's reader (pickle of any protocol,
 //! or JSON), which never executes anything from the file.
 
-use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use serde_json::{json, Value};
 use std::fmt;
@@ -31,8 +31,6 @@ pub(crate) struct SnapshotFile {
 /// Why a snapshot file tool failed.
 #[derive(Debug)]
 pub(crate) enum FileError {
-    /// A part of vramkit this tool needs is not built yet.
-    NotImplemented(String),
     /// The settings string passed is not valid.
     Settings(ConfigError),
     /// The replay could not run.
@@ -44,7 +42,6 @@ pub(crate) enum FileError {
 impl fmt::Display for FileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            FileError::NotImplemented(what) => f.write_str(what),
             FileError::Settings(error) => write!(f, "{error}"),
             FileError::Replay { device, error } => write!(f, "device {device}: {error}"),
             FileError::Read(message) => f.write_str(message),
@@ -55,7 +52,6 @@ impl fmt::Display for FileError {
 impl From<FileError> for PyErr {
     fn from(error: FileError) -> PyErr {
         match error {
-            FileError::NotImplemented(_) => PyNotImplementedError::new_err(error.to_string()),
             FileError::Settings(_) => PyValueError::new_err(error.to_string()),
             FileError::Replay { .. } => PyRuntimeError::new_err(error.to_string()),
             FileError::Read(_) => PyValueError::new_err(error.to_string()),
@@ -136,6 +132,58 @@ pub(crate) fn replay_json(path: PathBuf, conf: Option<&str>, capacity_bytes: Opt
     settings_for(&AllocatorConfig::pytorch_default(), conf)?;
     let file = read_snapshot(&path)?;
     Ok(replay_file(&file, conf, capacity_bytes)?.to_string())
+}
+
+/// Tunes every device of `file` that has allocation events; the
+/// diagnosis of every device. Shared by `tune` and `doctor`.
+fn tune_and_diagnose(file: &SnapshotFile, capacity_bytes: Option<u64>) -> Result<(Option<Value>, Vec<Value>), FileError> {
+    let traces = DeviceTrace::split(&file.snapshot);
+    let mut inputs = Vec::new();
+    for t in traces.iter().filter(|t| t.has_allocations()) {
+        let capacity = match capacity_bytes {
+            Some(c) => Some(c),
+            None => vramkit_replay::inferred_capacity(t, &file.recorded).map_err(|error| FileError::Replay { device: t.device, error })?,
+        };
+        inputs.push(vramkit_replay::TuneInput { label: format!("device {}", t.device), trace: t, recorded: file.recorded.clone(), capacity_bytes: capacity });
+    }
+    let report = if inputs.is_empty() {
+        None
+    } else {
+        Some(
+            vramkit_replay::tune(&inputs, &vramkit_replay::TuneOptions::default(), &|| {})
+                .map_err(|error| FileError::Replay { device: inputs[0].trace.device, error })?,
+        )
+    };
+    let mut results = report.iter().flat_map(|r| r.results.iter());
+    let mut diagnoses = Vec::new();
+    for t in &traces {
+        let tuned = if t.has_allocations() { results.next() } else { None };
+        let d = vramkit_replay::doctor::diagnose(t, &file.recorded, tuned).map_err(|error| FileError::Replay { device: t.device, error })?;
+        let mut v = serde_json::to_value(&d).expect("serialisable");
+        v["text"] = Value::String(d.to_string());
+        diagnoses.push(v);
+    }
+    Ok((report.map(|r| serde_json::to_value(&r).expect("serialisable")), diagnoses))
+}
+
+/// `vramkit.tune(path, capacity)`, as JSON.
+#[pyfunction]
+#[pyo3(signature = (path, capacity_bytes=None))]
+pub(crate) fn tune_json(path: PathBuf, capacity_bytes: Option<u64>) -> PyResult<String> {
+    let file = read_snapshot(&path)?;
+    let (report, _) = tune_and_diagnose(&file, capacity_bytes)?;
+    let report = report.ok_or_else(|| {
+        FileError::Read(format!("{}: the snapshot has no allocation events to tune (record it with _record_memory_history)", path.display()))
+    })?;
+    Ok(report.to_string())
+}
+
+/// `vramkit.doctor(path)`, as JSON: one diagnosis per device, each with its text.
+#[pyfunction]
+pub(crate) fn doctor_json(path: PathBuf) -> PyResult<String> {
+    let file = read_snapshot(&path)?;
+    let (_, diagnoses) = tune_and_diagnose(&file, None)?;
+    Ok(json!({ "devices": diagnoses }).to_string())
 }
 
 /// `vramkit.verify(path)`, as JSON.

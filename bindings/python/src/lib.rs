@@ -137,5 +137,7 @@ fn _vramkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(devices_in_use, m)?)?;
     m.add_function(wrap_pyfunction!(files::replay_json, m)?)?;
     m.add_function(wrap_pyfunction!(files::verify_json, m)?)?;
+    m.add_function(wrap_pyfunction!(files::tune_json, m)?)?;
+    m.add_function(wrap_pyfunction!(files::doctor_json, m)?)?;
     Ok(())
 }

@@ -76,12 +76,20 @@ def test_arguments_are_checked_before_the_file_is_read(recorded_snapshot, tmp_pa
         vramkit.replay(path, conf=128)
 
 
-def test_doctor_and_tune_are_not_available_yet(recorded_snapshot):
-    path, _ = recorded_snapshot
-    with pytest.raises(NotImplementedError, match="doctor"):
-        vramkit.doctor(path)
-    with pytest.raises(NotImplementedError, match="tune"):
-        vramkit.tune(path, capacity="24GiB")
+def test_doctor_and_tune_on_a_real_trace():
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[3] / "data" / "traces" / "pytorch_snapshots" / "cs336_silmont2000__mem_snapshot.pickle"
+    report = vramkit.tune(path)
+    result = report["results"][0]
+    assert result["best"]["peak_reserved_bytes"] <= result["recorded"]["peak_reserved_bytes"]
+    assert result["lower_bound_bytes"] <= result["best"]["peak_reserved_bytes"]
+    # The recommendation replays to the same peak through vramkit.replay.
+    again = vramkit.replay(path, conf=result["recommended"])
+    device = again["devices"][0]
+    assert device["predicted"]["peak_reserved_bytes"] == result["best"]["peak_reserved_bytes"]
+    doctor = vramkit.doctor(path)
+    text = doctor["devices"][0]["text"]
+    assert "PYTORCH_CUDA_ALLOC_CONF" in text and "reserved" in text
     with pytest.raises(ValueError):
         vramkit.tune(path, capacity="24 bananas")
 

@@ -96,29 +96,28 @@ def verify(path: PathLike) -> Dict[str, Any]:
     return json.loads(_ext.verify_json(_existing_file(path)))
 
 
-def doctor(path: PathLike) -> Any:
+def doctor(path: PathLike) -> Dict[str, Any]:
     """Explains in plain words what is wrong with a snapshot's memory use
-    (fragmentation, cached but unusable memory) and what setting to change.
+    (where reserved memory goes, fragmentation, cached but unusable memory,
+    the allocation sites responsible, an out-of-memory error if one was
+    recorded) and, when the snapshot has allocation events, which
+    ``PYTORCH_CUDA_ALLOC_CONF`` to set.
 
-    Not available yet: raises ``NotImplementedError``.
+    Returns ``{"devices": [DIAGNOSIS, ...]}``; each diagnosis has the numbers
+    and its plain-words ``text`` (what ``vramkit doctor`` prints).
     """
-    _existing_file(path)
-    raise NotImplementedError(
-        "vramkit.doctor() is not available yet: the doctor in vramkit-replay is unfinished; "
-        "use vramkit.replay(path) for the recorded and predicted numbers meanwhile"
-    )
+    return json.loads(_ext.doctor_json(_existing_file(path)))
 
 
-def tune(path: PathLike, capacity: Capacity = None) -> Any:
-    """Searches allocator settings for the lowest peak reserved memory that
-    fits ``capacity`` on a snapshot's trace, and recommends a
-    ``PYTORCH_CUDA_ALLOC_CONF``.
+def tune(path: PathLike, capacity: Capacity = None) -> Dict[str, Any]:
+    """Replays a snapshot's trace under dozens of allocator settings and
+    ranks them: lowest peak reserved with no out-of-memory at ``capacity``
+    (bytes or a string like ``"24GiB"``; default: the capacity the trace
+    implies, else unlimited), ties to fewer device calls.
 
-    Not available yet: raises ``NotImplementedError``.
+    Returns ``{"results": [RESULT per device], "worst_case": ...}``; each
+    result has ``recommended``, ``best``, ``recorded``, ``lower_bound_bytes``
+    and every ``candidate``.
     """
-    _capacity_bytes(capacity)
-    _existing_file(path)
-    raise NotImplementedError(
-        "vramkit.tune() is not available yet: the settings sweep in vramkit-replay is unfinished; "
-        "try candidate settings with vramkit.replay(path, conf=..., capacity=...) meanwhile"
-    )
+    capacity_bytes = _capacity_bytes(capacity)
+    return json.loads(_ext.tune_json(_existing_file(path), capacity_bytes))
