@@ -6,8 +6,10 @@
 #![allow(unsafe_code)]
 
 mod c_program;
+mod concurrency;
 mod ffi;
 mod header;
+mod misuse;
 mod process;
 mod settings;
 mod shared;

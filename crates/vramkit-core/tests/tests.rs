@@ -5,6 +5,7 @@ mod support;
 
 mod config;
 mod expandable;
+mod faults;
 mod goldens;
 mod private_pools;
 mod property;

@@ -55,6 +55,10 @@ pub struct SimCounters {
     pub reserves: u64,
     /// Queued addresses not used because they overlapped a live range.
     pub rejected_addresses: u64,
+    /// `malloc` and `map` calls refused by an injected failure
+    /// ([`SimDevice::fail_next_mallocs`] or [`SimDevice::fail_at_random`]),
+    /// not for lack of capacity. Included in `failed_mallocs`/`failed_maps`.
+    pub injected_failures: u64,
 }
 
 /// A reserved virtual range (expandable segments) and its mapped pages.
@@ -91,7 +95,7 @@ pub struct SimDevice {
     queued_addresses: VecDeque<u64>,
     /// Reservation bases to hand out next, in order, before bumping.
     queued_reservations: VecDeque<u64>,
-    fail_next_mallocs: u64,
+    faults: Faults,
     event_mode: EventMode,
     events: HashMap<u64, SimEvent>,
     next_event: u64,
@@ -125,7 +129,7 @@ impl SimDevice {
             next_address: Self::DEFAULT_BASE,
             queued_addresses: VecDeque::new(),
             queued_reservations: VecDeque::new(),
-            fail_next_mallocs: 0,
+            faults: Faults { next: 0, rate: 0, rng: 1 },
             event_mode: EventMode::Immediate,
             events: HashMap::new(),
             next_event: 1,
@@ -217,7 +221,22 @@ impl SimDevice {
 
     /// Refuses the next `n` mallocs with out-of-memory.
     pub fn fail_next_mallocs(&mut self, n: u64) {
-        self.fail_next_mallocs = n;
+        self.faults.next = n;
+    }
+
+    /// From now on each `malloc` and `map` fails with probability `rate`
+    /// (0 to 1) whatever the free memory, decided by a generator seeded
+    /// with `seed`, so a run repeats exactly. A device fault the allocator
+    /// must survive: it is reported as out-of-memory, as CUDA reports
+    /// `cudaErrorMemoryAllocation`. `rate` 0 turns it off.
+    pub fn fail_at_random(&mut self, rate: f64, seed: u64) {
+        assert!((0.0..=1.0).contains(&rate), "failure rate {rate} is not a probability");
+        self.faults.rate = (rate * (1u64 << 32) as f64) as u64;
+        // xorshift must not start at 0; splitmix the seed so nearby seeds differ.
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        self.faults.rng = (z ^ (z >> 31)) | 1;
     }
 
     /// The next malloc returns `addr` (then the one after that, in order).
@@ -308,6 +327,35 @@ impl SimDevice {
     }
 }
 
+/// Injected failures of `malloc` and `map`.
+#[derive(Clone, Copy, Debug)]
+struct Faults {
+    /// Calls still to refuse ([`SimDevice::fail_next_mallocs`]).
+    next: u64,
+    /// Probability that a call fails however much memory is free, in parts
+    /// per 2^32 (0: never).
+    rate: u64,
+    /// xorshift64* state deciding the random failures.
+    rng: u64,
+}
+
+impl Faults {
+    /// Whether this call is refused (consumes one queued refusal or one draw).
+    fn inject(&mut self) -> bool {
+        if self.next > 0 {
+            self.next -= 1;
+            return true;
+        }
+        if self.rate == 0 {
+            return false;
+        }
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) < self.rate
+    }
+}
+
 fn align_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
 }
@@ -316,8 +364,9 @@ impl Device for SimDevice {
     fn malloc(&mut self, size_bytes: u64, _stream: StreamId) -> Result<DeviceAddr, DeviceError> {
         assert!(size_bytes > 0 && size_bytes % 512 == 0, "malloc of {size_bytes} bytes breaks the contract");
         let over_capacity = self.used_bytes.checked_add(size_bytes).is_none_or(|u| u > self.capacity_bytes);
-        if self.fail_next_mallocs > 0 || over_capacity {
-            self.fail_next_mallocs = self.fail_next_mallocs.saturating_sub(1);
+        let injected = self.faults.inject();
+        if injected || over_capacity {
+            self.counters.injected_failures += u64::from(injected);
             self.counters.failed_mallocs += 1;
             return Err(DeviceError::OutOfMemory { requested_bytes: size_bytes });
         }
@@ -404,8 +453,9 @@ impl Device for SimDevice {
             assert!(a + l <= addr.0, "map of {addr}+{size_bytes} over mapped {a:#x}+{l}");
         }
         let over = self.used_bytes.checked_add(size_bytes).is_none_or(|u| u > self.capacity_bytes);
-        if self.fail_next_mallocs > 0 || over {
-            self.fail_next_mallocs = self.fail_next_mallocs.saturating_sub(1);
+        let injected = self.faults.inject();
+        if injected || over {
+            self.counters.injected_failures += u64::from(injected);
             self.counters.failed_maps += 1;
             return Err(DeviceError::OutOfMemory { requested_bytes: size_bytes });
         }
@@ -464,6 +514,33 @@ mod tests {
         assert!(d.malloc(512, StreamId(0)).is_err());
         assert!(d.malloc(512, StreamId(0)).is_ok());
         assert_eq!(d.counters().failed_mallocs, 2);
+    }
+
+    #[test]
+    fn random_failures_follow_the_rate_and_repeat_with_the_seed() {
+        let run = |rate: f64, seed: u64| {
+            let mut d = SimDevice::unlimited();
+            d.fail_at_random(rate, seed);
+            let outcomes: Vec<bool> = (0..10_000)
+                .map(|_| match d.malloc(512, StreamId(0)) {
+                    Ok(a) => {
+                        d.free(a, 512);
+                        true
+                    }
+                    Err(_) => false,
+                })
+                .collect();
+            (outcomes, d.counters())
+        };
+        for rate in [0.01, 0.1, 0.5] {
+            let (outcomes, counters) = run(rate, 7);
+            let failed = outcomes.iter().filter(|ok| !**ok).count() as f64;
+            assert!((failed / 10_000.0 - rate).abs() < 0.02, "rate {rate}: {failed} of 10000 failed");
+            assert_eq!(counters.injected_failures, failed as u64);
+            assert_eq!(run(rate, 7).0, outcomes, "the same seed fails the same calls");
+            assert_ne!(run(rate, 8).0, outcomes);
+        }
+        assert!(run(0.0, 7).0.iter().all(|ok| *ok));
     }
 
     #[test]
