@@ -702,8 +702,8 @@ mod tests {
             frame("??", 0, "torch::unwind::unwind()"),
             frame("CUDACachingAllocator.cpp", 0, "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"),
             frame("/usr/lib/python3.10/site-packages/torch/nn/modules/module.py", 1562, "_call_impl"),
-            frame("/home/me/project/model/attention.py", 42, "forward"),
-            frame("/home/me/project/train.py", 7, "<module>"),
+            frame("/opt/project/model/attention.py", 42, "forward"),
+            frame("/opt/project/train.py", 7, "<module>"),
         ];
         assert_eq!(site_of(&frames).unwrap(), "forward (model/attention.py:42)");
         assert_eq!(site_of(&frames[..3]).unwrap(), "_call_impl (modules/module.py:1562)");
