@@ -168,3 +168,26 @@ fn unknown_content_is_refused_by_sniffing() {
     }
     assert!(read_snapshot_bytes(b"\xEF\xBB\xBF  \n [] ").is_ok(), "BOM and blanks before JSON are fine");
 }
+
+#[test]
+fn a_setting_that_is_not_a_finite_float_is_refused() {
+    // Found by the `snapshot` fuzz target: a NaN threshold read fine, and
+    // `vramkit convert` then wrote it to JSON as `null`, which did not read
+    // back. PyTorch never records one; refuse it where it is read.
+    for x in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        let settings = Value::dict(vec![(Value::str("garbage_collection_threshold"), Value::Float(x))]);
+        let file = Value::dict(vec![
+            (Value::str("segments"), Value::list(vec![])),
+            (Value::str("device_traces"), Value::list(vec![])),
+            (Value::str("allocator_settings"), settings),
+        ]);
+        let bytes = vramkit_trace::pickle::write::to_vec(&file).unwrap();
+        match read_snapshot_bytes(&bytes) {
+            Err(TraceError::Schema { key_path, expected, .. }) => {
+                assert_eq!(key_path, "allocator_settings.garbage_collection_threshold");
+                assert_eq!(expected, "a finite float");
+            }
+            other => panic!("{x}: expected a schema error, got {other:?}"),
+        }
+    }
+}
