@@ -243,11 +243,14 @@ impl<'t> Reader<'t> {
             .ok_or_else(|| self.wrong("an int within 64 bits", item))
     }
 
-    /// A float; an int is accepted too (JSON writes `0` for `0.0` sometimes).
+    /// A finite float; an int is accepted too (JSON writes `0` for `0.0`
+    /// sometimes). NaN and the infinities are refused: no setting PyTorch
+    /// records is one, and JSON could not carry it (written as `null`, it
+    /// would not read back).
     pub(crate) fn f64(&self, item: Item) -> Result<f64, SchemaErr> {
         match item.kind() {
             Kind::Int(n) => Ok(n as f64),
-            _ => self.tree.as_f64(item).ok_or_else(|| self.wrong("a float", item)),
+            _ => self.tree.as_f64(item).filter(|x| x.is_finite()).ok_or_else(|| self.wrong("a finite float", item)),
         }
     }
 

@@ -220,3 +220,26 @@ fn recorded_settings_pick_the_allocator_generation() {
     assert_eq!(newer.allocator_settings.unwrap().to_config().compat, Compat::R26);
     assert_eq!(older.allocator_settings.unwrap().to_config().compat, Compat::R24);
 }
+
+#[test]
+fn a_setting_that_is_not_a_finite_float_is_refused() {
+    // Found by the `snapshot` fuzz target: a NaN threshold read fine, and
+    // `vramkit convert` then wrote it to JSON as `null`, which did not read
+    // back. PyTorch never records one; refuse it where it is read.
+    for x in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        let settings = Value::dict(vec![(Value::str("garbage_collection_threshold"), Value::Float(x))]);
+        let file = Value::dict(vec![
+            (Value::str("segments"), Value::list(vec![])),
+            (Value::str("device_traces"), Value::list(vec![])),
+            (Value::str("allocator_settings"), settings),
+        ]);
+        let bytes = vramkit_trace::pickle::write::to_vec(&file).unwrap();
+        match read_snapshot_bytes(&bytes) {
+            Err(TraceError::Schema { key_path, expected, .. }) => {
+                assert_eq!(key_path, "allocator_settings.garbage_collection_threshold");
+                assert_eq!(expected, "a finite float");
+            }
+            other => panic!("{x}: expected a schema error, got {other:?}"),
+        }
+    }
+}
