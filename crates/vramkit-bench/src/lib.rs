@@ -11,13 +11,8 @@ use vramkit_sim::SimDevice;
 pub fn synthetic_snapshot(events: usize, seed: u64) -> Snapshot {
     let mut a = CachingAllocator::new(SimDevice::unlimited(), AllocatorConfig::pytorch_default());
     a.record_history(Some(HistoryConfig { context: vramkit_core::ContextLevel::Never, ..HistoryConfig::default() }));
-    let mut rng = seed | 1;
-    let mut next = || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut rng = vramkit_sim::XorShift::new(seed | 1);
+    let mut next = || rng.next();
     let mut live: Vec<DeviceAddr> = Vec::new();
     // Each malloc adds one entry and each free two.
     while (a.stats().allocation.all.allocated as usize) * 3 < events {

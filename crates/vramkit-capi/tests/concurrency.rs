@@ -20,23 +20,10 @@ use std::sync::{mpsc, Mutex};
 use vramkit_capi::SharedAllocator;
 use vramkit_core::{AllocatorConfig, DeviceAddr, DeviceStats, StreamId};
 use vramkit_sim::SimDevice;
+use vramkit_sim::XorShift;
 
 const THREADS: usize = 8;
 
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Both pools, splitting, oversize blocks, and now and then a request
 /// large enough to make the allocator release its cache and retry.
@@ -114,7 +101,7 @@ fn worker(
     next: mpsc::Sender<(DeviceAddr, u64)>,
     inbox: mpsc::Receiver<(DeviceAddr, u64)>,
 ) {
-    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) * 0x1234_5678_9abc));
+    let mut rng = XorShift::new(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) * 0x1234_5678_9abc));
     let own_stream = StreamId(t as u64 % 3);
     let mut mine: Vec<(DeviceAddr, u64)> = Vec::new();
     let free = |addr: DeviceAddr, size: u64| {

@@ -8,20 +8,11 @@ use std::sync::Mutex;
 use vramkit_capi::SharedAllocator;
 use vramkit_core::{AllocatorConfig, DeviceAddr, StreamId};
 use vramkit_sim::SimDevice;
+use vramkit_sim::XorShift;
 
 const THREADS: usize = 8;
 const OPS_PER_THREAD: usize = 2500;
 
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 /// A size mix touching both pools, splitting and oversize blocks.
 fn size(rng: &mut XorShift) -> u64 {
@@ -69,7 +60,7 @@ fn eight_threads_share_one_allocator_without_losing_or_doubling_a_block() {
             let next = senders[(t + 1) % THREADS].clone();
             let (shared, shadow) = (&shared, &shadow);
             scope.spawn(move || {
-                let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) * 0x1234_5678));
+                let mut rng = XorShift::new(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) * 0x1234_5678));
                 let stream = StreamId(t as u64 % 3);
                 let mut mine: Vec<(DeviceAddr, u64)> = Vec::new();
                 for _ in 0..OPS_PER_THREAD {

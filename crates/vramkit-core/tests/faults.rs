@@ -22,24 +22,11 @@ use crate::support::{GIB, MIB, S0};
 use vramkit_core::{DeviceAddr, Error, StreamId};
 use vramkit_fuzz::model::{preset, Action, ModelCounts, Shadow, PRESETS};
 use vramkit_sim::{EventMode, SimDevice};
+use vramkit_sim::XorShift;
 
 /// The fault rates of the runs, in percent.
 const RATES: [u8; 5] = [1, 5, 10, 25, 50];
 
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A size with the property test's mix: both pools, the boundaries,
 /// oversize blocks, and requests of gigabytes.
@@ -80,7 +67,7 @@ fn faulty_run(preset_name: &str, percent: u8, actions: u64, seed: u64) -> (Model
     let device = SimDevice::new(8 * GIB).with_event_mode(EventMode::Manual);
     let mut shadow = Shadow::on(device, preset(preset_name));
     shadow.apply(&Action::SetFaultRate { percent });
-    let mut rng = XorShift(seed | 1);
+    let mut rng = XorShift::new(seed | 1);
     for _ in 0..actions {
         shadow.apply(&action(&mut rng, percent));
     }

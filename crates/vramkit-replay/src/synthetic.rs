@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use vramkit_core::{AllocatorConfig, CachingAllocator, ContextLevel, DeviceAddr, Frame, Frames, HistoryConfig, Snapshot, StreamId};
 use vramkit_sim::{EventMode, SimDevice};
+use vramkit_sim::XorShift;
 
 const MIB: u64 = 1 << 20;
 
@@ -36,19 +37,6 @@ impl Workload {
     }
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 fn stack(frames: &[(&str, i64, &str)]) -> Frames {
     let mut v: Vec<Frame> =
@@ -62,7 +50,7 @@ pub fn record(workload: &Workload) -> Snapshot {
     let sites = Sites::new();
     let mut a = CachingAllocator::new(SimDevice::new(u64::MAX).with_event_mode(EventMode::Immediate), workload.config.clone());
     a.record_history(Some(HistoryConfig { record_trace: true, max_entries: workload.events.max(1), context: ContextLevel::Alloc }));
-    let mut rng = Rng(workload.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = XorShift::new(workload.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let stream = StreamId(0);
     // Entries made so far: one per alloc, two per free, plus segment events
     // (not counted, so the run may go a little past `events`; the ring keeps the last ones).

@@ -4,25 +4,12 @@
 
 use vramkit_core::{AllocatorConfig, CachingAllocator, DeviceAddr, HistoryConfig, Snapshot, StreamId};
 use vramkit_replay::{oracle_replay, DeviceTrace};
-use vramkit_sim::{EventMode, SimDevice};
+use vramkit_sim::{EventMode, SimDevice, XorShift};
 
 const MIB: u64 = 1 << 20;
 
-/// A small deterministic generator (no external crate needed).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
-fn size(rng: &mut Rng) -> u64 {
+fn size(rng: &mut XorShift) -> u64 {
     match rng.below(10) {
         0..=3 => 1 + rng.below(64 << 10),
         4..=5 => 1 + rng.below(MIB),
@@ -36,7 +23,7 @@ fn record(conf: &str, seed: u64, ops: usize, capacity: u64, max_entries: usize, 
     let config = AllocatorConfig::parse(conf).unwrap();
     let device = SimDevice::new(capacity).with_event_mode(EventMode::Manual);
     let mut a = CachingAllocator::new(device, config.clone());
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = XorShift::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut live: Vec<DeviceAddr> = Vec::new();
     let mut recording = false;
     for i in 0..ops {

@@ -17,6 +17,32 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use vramkit_core::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
 
+/// A small deterministic random-number generator (xorshift64) for
+/// simulations and tests: a seed gives the same sequence on every machine.
+#[derive(Clone, Debug)]
+pub struct XorShift(u64);
+
+impl XorShift {
+    /// A generator from `seed` (0, which would stay 0, becomes 1).
+    pub const fn new(seed: u64) -> XorShift {
+        XorShift(if seed == 0 { 1 } else { seed })
+    }
+
+    /// The next number.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number in `0..n` (`0` when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
 /// When recorded events complete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum EventMode {
