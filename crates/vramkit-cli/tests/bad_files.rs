@@ -128,15 +128,10 @@ fn empty_random_and_missing_files() {
     assert!(line.contains("missing.pickle"), "{line}");
     let line = every_command_rejects(&scratch.0);
     assert!(line.contains("directory"), "{line}");
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut rng = vramkit_sim::XorShift::new(0x2545_f491_4f6c_dd1d);
     for i in 0..24 {
         let mut bytes: Vec<u8> = (0..64 << (i % 8))
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
+            .map(|_| rng.next() as u8)
             .collect();
         // A third each: a pickle's first bytes, JSON's, and anything.
         match i % 3 {

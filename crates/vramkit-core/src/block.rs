@@ -153,12 +153,6 @@ impl BlockArena {
     pub fn len(&self) -> usize {
         self.slots.len() - self.vacant.len()
     }
-
-    /// The pending event records, kept here so the arena is the one owner of block data.
-    #[allow(dead_code)]
-    pub fn contains(&self, id: BlockId) -> bool {
-        self.slots.get(id.0 as usize).is_some_and(Option::is_some)
-    }
 }
 
 impl std::ops::Index<BlockId> for BlockArena {

@@ -144,16 +144,11 @@ fn rmm_logs() {
 
 fn action_bytes() {
     // Fixed pseudo-random bytes: `arbitrary` reads any bytes as actions.
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rng = vramkit_sim::XorShift::new(0x9e37_79b9_7f4a_7c15);
     for i in 0..8 {
         let len = 64 << (i % 4);
         let bytes: Vec<u8> = (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
+            .map(|_| rng.next() as u8)
             .collect();
         write("actions", &format!("random{i}"), &bytes);
     }

@@ -177,9 +177,4 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// Forgets the mapping of a recorded address (used by callers that free it themselves).
-    #[allow(dead_code)]
-    pub fn model_address(&self, recorded: u64) -> Option<u64> {
-        self.model_addr(recorded)
-    }
 }

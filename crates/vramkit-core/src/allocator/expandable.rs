@@ -16,7 +16,7 @@ use crate::block::{Block, BlockId, ExpandableId, PoolIdx};
 use crate::device::{Device, DeviceAddr, DeviceError, StreamId};
 use crate::error::Error;
 use crate::history::ContextLevel;
-use crate::rounding::{SMALL_BUFFER, SMALL_SIZE};
+use crate::rounding::SMALL_BUFFER;
 use crate::snapshot::{Frames, TraceAction};
 
 /// Address space reserved per expandable segment, at most (for simulated
@@ -276,9 +276,4 @@ impl<D: Device> CachingAllocator<D> {
         self.expandable_segments.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (ExpandableId(i as u32), s)))
     }
 
-    /// Is `size` a small-pool size? (Used by the page-size choice.)
-    #[allow(dead_code)]
-    pub(crate) fn is_small_size(size: u64) -> bool {
-        size <= SMALL_SIZE
-    }
 }

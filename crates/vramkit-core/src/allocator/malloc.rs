@@ -4,7 +4,7 @@
 use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
 use crate::block::{Block, BlockId, PoolIdx};
 use crate::pool::FreeEntry;
-use crate::device::{Device, DeviceAddr, DeviceError, StreamId};
+use crate::device::{Device, DeviceError, StreamId};
 use crate::error::Error;
 use crate::history::ContextLevel;
 use crate::oom::OutOfMemoryError;
@@ -313,9 +313,4 @@ impl<D: Device> CachingAllocator<D> {
         Error::OutOfMemory(Box::new(self.oom_error(params, info)))
     }
 
-    /// The pointer as the caller sees it.
-    #[allow(dead_code)]
-    pub(crate) fn addr_of(&self, id: BlockId) -> DeviceAddr {
-        DeviceAddr(self.blocks[id].addr)
-    }
 }

@@ -180,31 +180,28 @@ fn legend(out: &mut String) {
     );
 }
 
+/// One run's segment map at its peak, with its heading.
+fn run_map(out: &mut String, label: &str, id: &str, run: &Run) {
+    let _ = write!(
+        out,
+        "<h3>{label} settings (<code>{}</code>): {} in {} segments after trace entry {}</h3>",
+        escape(show_conf(&run.conf)),
+        format_size(run.metrics.peak_reserved_bytes),
+        run.peak.segments.len(),
+        run.peak.event
+    );
+    out.push_str(&svg::segment_map(id, &run.peak.segments, 1300));
+}
+
 fn maps(out: &mut String, r: &Report) {
     let heading = if r.recorded.is_some() { "Segments at the peak" } else { "Segments at snapshot time" };
     let _ = write!(out, "<section id=\"segments\"><h2>{heading}</h2>");
     legend(out);
     match &r.recorded {
         Some(rec) => {
-            let _ = write!(
-                out,
-                "<h3>Recorded settings (<code>{}</code>): {} in {} segments after trace entry {}</h3>",
-                escape(show_conf(&rec.conf)),
-                format_size(rec.metrics.peak_reserved_bytes),
-                rec.peak.segments.len(),
-                rec.peak.event
-            );
-            out.push_str(&svg::segment_map("segment-map-recorded", &rec.peak.segments, 1300));
+            run_map(out, "Recorded", "segment-map-recorded", rec);
             if let Some(b) = &r.recommended {
-                let _ = write!(
-                    out,
-                    "<h3>Recommended settings (<code>{}</code>): {} in {} segments after trace entry {}</h3>",
-                    escape(show_conf(&b.conf)),
-                    format_size(b.metrics.peak_reserved_bytes),
-                    b.peak.segments.len(),
-                    b.peak.event
-                );
-                out.push_str(&svg::segment_map("segment-map-recommended", &b.peak.segments, 1300));
+                run_map(out, "Recommended", "segment-map-recommended", b);
             }
         }
         None => {
