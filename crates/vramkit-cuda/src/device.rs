@@ -5,7 +5,7 @@ use crate::CudaError;
 use cudarc::driver::sys::{self, CUresult};
 use crate::vmm::MappedPage;
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use vramkit_core::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
 
 /// Idle events kept for reuse; more than this are destroyed.
@@ -43,6 +43,9 @@ pub struct CudaDevice {
     total_bytes: u64,
     /// Created, currently unused events (`cuEventCreate` is not free).
     idle_events: Vec<sys::CUevent>,
+    /// Events handed out by `record_event` and not given back to
+    /// `destroy_event` yet; `drop` destroys them.
+    events_in_use: BTreeSet<u64>,
     /// Driver failures seen in infallible methods (a `Cell` because
     /// `mem_get_info` takes `&self`).
     driver_failures: Cell<u64>,
@@ -53,6 +56,9 @@ pub struct CudaDevice {
     /// Address ranges reserved through the `Device` trait and not released:
     /// base address to size in bytes.
     pub(crate) address_ranges: BTreeMap<u64, u64>,
+    /// Memory from `cuMemAlloc` not freed yet: address to size. `drop`
+    /// frees what is left.
+    allocations: BTreeMap<u64, u64>,
     /// Pages mapped through the `Device` trait's `map` and not unmapped, by
     /// address. Invariant: the pages do not overlap, and each lies inside
     /// one of `address_ranges`.
@@ -94,8 +100,10 @@ impl CudaDevice {
             context,
             total_bytes: 0,
             idle_events: Vec::new(),
+            events_in_use: BTreeSet::new(),
             driver_failures: Cell::new(0),
             virtual_memory: false,
+            allocations: BTreeMap::new(),
             address_ranges: BTreeMap::new(),
             pages: BTreeMap::new(),
         };
@@ -211,7 +219,9 @@ impl CudaDevice {
             self.idle_events.push(event);
             return Err(failure);
         }
-        Ok(EventId(event as usize as u64))
+        let id = EventId(event as usize as u64);
+        self.events_in_use.insert(id.0);
+        Ok(id)
     }
 
     fn synchronize_stream(&self, stream: StreamId) -> Result<(), Failure> {
@@ -233,10 +243,14 @@ fn event_handle(event: EventId) -> sys::CUevent {
 
 impl Device for CudaDevice {
     fn malloc(&mut self, size_bytes: u64, _stream: StreamId) -> Result<DeviceAddr, DeviceError> {
-        self.alloc_raw(size_bytes).map_err(|failure| failure.into_device_error(size_bytes))
+        let addr = self.alloc_raw(size_bytes).map_err(|failure| failure.into_device_error(size_bytes))?;
+        self.allocations.insert(addr.0, size_bytes);
+        Ok(addr)
     }
 
     fn free(&mut self, addr: DeviceAddr, _size_bytes: u64) {
+        let known = self.allocations.remove(&addr.0);
+        debug_assert!(known.is_some(), "free of {addr}, not a live cuMemAlloc of this device");
         let result = self.enter().and_then(|_current| {
             // SAFETY: driver loaded, context current (guard); `addr` was
             // returned by `cuMemAlloc` in `malloc` and the allocator frees it
@@ -322,6 +336,8 @@ impl Device for CudaDevice {
         if event == COMPLETE_EVENT {
             return;
         }
+        let known = self.events_in_use.remove(&event.0);
+        debug_assert!(known, "destroy of event {event:?}, not one handed out and live");
         if self.idle_events.len() < EVENT_POOL_CAPACITY {
             self.idle_events.push(event_handle(event));
             return;
@@ -361,18 +377,53 @@ impl Device for CudaDevice {
     }
 }
 
+/// Dropping a `CudaDevice` gives back everything it took: it waits for the
+/// device's work, frees what `cuMemAlloc` gave and `free` did not get,
+/// unmaps and releases every mapped page and reserved range, destroys its
+/// events and releases the primary context. (A caching allocator dropped
+/// with memory cached or in use thereby returns it all; pointers into it
+/// are dangling from then on, as with any owner that is dropped.)
 impl Drop for CudaDevice {
     fn drop(&mut self) {
-        if let Ok(_current) = self.enter() {
-            for event in self.idle_events.drain(..) {
-                // SAFETY: driver loaded, context current; each idle event is
-                // live and owned only by this pool.
-                let _ = unsafe { sys::cuEventDestroy_v2(event) };
+        match self.enter() {
+            Ok(current) => {
+                // SAFETY: driver loaded, context current (guard); waits for
+                // the context's work before its memory goes back.
+                if let Err(failure) = check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() }) {
+                    self.note_failure(failure, "drop (synchronize)");
+                }
+                for (addr, _) in std::mem::take(&mut self.allocations) {
+                    // SAFETY: driver loaded, context current; `addr` came
+                    // from `cuMemAlloc` and `free` has not freed it (it
+                    // would have removed it from `allocations`).
+                    if let Err(failure) = check("cuMemFree", unsafe { sys::cuMemFree_v2(addr) }) {
+                        self.note_failure(failure, "drop (free)");
+                    }
+                }
+                let in_use = std::mem::take(&mut self.events_in_use).into_iter().map(|id| event_handle(EventId(id)));
+                for event in self.idle_events.drain(..).chain(in_use) {
+                    // SAFETY: driver loaded, context current; each event is
+                    // live (idle in the pool, or handed out and not destroyed)
+                    // and destroyed once here; the allocator that held the
+                    // handed-out ones is gone.
+                    let _ = unsafe { sys::cuEventDestroy_v2(event) };
+                }
+                drop(current);
+            }
+            Err(failure) => self.note_failure(failure, "drop"),
+        }
+        for (_, page) in std::mem::take(&mut self.pages) {
+            if let Err(error) = self.unmap_page(page) {
+                self.note_failure(error, "drop (unmap)");
+            }
+        }
+        for (base, size_bytes) in std::mem::take(&mut self.address_ranges) {
+            if let Err(error) = self.free_address_range(DeviceAddr(base), size_bytes) {
+                self.note_failure(error, "drop (release address range)");
             }
         }
         // SAFETY: driver loaded; balances the `cuDevicePrimaryCtxRetain` in
-        // `new`. Memory still allocated stays valid while anyone else (the
-        // CUDA runtime) retains the primary context.
+        // `new`. Nothing of this device uses the context any more.
         let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
     }
 }

@@ -91,3 +91,42 @@ fn expandable_segments_grow_shrink_and_release_on_a_real_gpu() {
     alloc.check_invariants().expect("invariants");
     assert_eq!(alloc.device().driver_failure_count(), 0);
 }
+
+/// Dropping the allocator, and so its `CudaDevice`, with memory in use,
+/// cached, waiting on an event and (with expandable segments) mapped gives
+/// every byte back to the driver.
+#[test]
+fn dropping_the_allocator_gives_back_everything() {
+    let Some(probe) = gpu("dropping_the_allocator_gives_back_everything") else {
+        return;
+    };
+    // The probe keeps the primary context retained, so nothing comes back
+    // merely because the context was destroyed.
+    let free_before = probe.mem_get_info().free_bytes;
+    for conf in ["", "expandable_segments:True"] {
+        let device = gpu("dropping_the_allocator_gives_back_everything")
+            .expect("a second handle on the GPU");
+        let mut alloc =
+            CachingAllocator::new(device, AllocatorConfig::parse(conf).expect("settings"));
+        let s = StreamId(0);
+        let _in_use = alloc.malloc(30 << 20, s).expect("in use");
+        let cached = alloc.malloc(1000, s).expect("cached");
+        let pending = alloc.malloc(5 << 20, s).expect("pending");
+        alloc
+            .record_stream(pending, StreamId(0x2))
+            .expect("record_stream");
+        alloc.free(pending).expect("free pending");
+        alloc.free(cached).expect("free cached");
+        assert!(
+            probe.mem_get_info().free_bytes < free_before,
+            "{conf}: nothing was allocated"
+        );
+        drop(alloc);
+        assert_eq!(
+            probe.mem_get_info().free_bytes,
+            free_before,
+            "{conf}: memory kept after the drop"
+        );
+    }
+    assert_eq!(probe.driver_failure_count(), 0);
+}

@@ -6,5 +6,7 @@ mod support;
 
 mod allocator;
 mod device;
+mod fake_driver;
+mod fake_only;
 mod no_driver;
 mod vmm;
