@@ -39,6 +39,18 @@ else
     echo "== cargo test skipped: this Python is not built as a shared library"
 fi
 
+# The fake CUDA driver (crates/vramkit-fake-cuda), so the CUDA backend's
+# tests run here too (test_fake_cuda.py; skipped without a C compiler).
+if cc="${CC:-cc}" && command -v "$cc" >/dev/null; then
+    mkdir -p "$work/fake-cuda"
+    "$cc" -std=gnu11 -O1 -Wall -Wextra -Werror -fPIC -shared -o "$work/fake-cuda/libcuda.so" \
+        "$repo/crates/vramkit-fake-cuda/libcuda.c" -lpthread
+    export VRAMKIT_FAKE_CUDA_DIR="$work/fake-cuda"
+elif [ "${VRAMKIT_REQUIRE_FAKE_CUDA:-0}" = 1 ]; then
+    echo "no C compiler for the fake CUDA driver, and VRAMKIT_REQUIRE_FAKE_CUDA=1" >&2
+    exit 1
+fi
+
 echo "== pytest"
 cd "$work"
 "$venv_python" -m pytest -p no:cacheprovider -q -rs "$here/tests"

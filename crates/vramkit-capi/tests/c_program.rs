@@ -1,6 +1,7 @@
 //! Compiles `tests/c/abi_test.c` with the system C compiler against the
 //! generated header and the cdylib cargo built for these tests, runs it on
-//! the simulated backend, and checks what it printed. Skips (with a
+//! the simulated backend and on the CUDA backend over the fake driver, and
+//! checks what it printed. Skips (with a
 //! message) when there is no C compiler.
 
 use std::path::{Path, PathBuf};
@@ -74,13 +75,10 @@ fn work_dir(test: &str) -> PathBuf {
     std::env::temp_dir().join(format!("vramkit-capi-{test}-{}", std::process::id()))
 }
 
-#[test]
-fn a_c_program_uses_the_library_through_the_header() {
-    let work = work_dir("abi");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/abi_test.c");
-    let Some(program) = build(&source, &work) else { return };
-    let run = Command::new(&program)
-        .env("VRAMKIT_DEVICE", "sim:1GiB")
+/// Runs `abi_test.c` (compiled into `work`) with the settings and the
+/// backend the command carries, and checks everything it printed.
+fn run_abi_test(mut command: Command, work: &Path) {
+    let run = command
         .env("VRAMKIT_ALLOC_CONF", "max_split_size_mb:5") // refused: defaults, one line
         .env_remove("PYTORCH_CUDA_ALLOC_CONF")
         .env_remove("PYTORCH_ALLOC_CONF")
@@ -88,7 +86,7 @@ fn a_c_program_uses_the_library_through_the_header() {
         .expect("run the C program");
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
-    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(work);
     assert!(run.status.success() && stdout.contains("ALL CHECKS PASSED"), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains("boundary errors: 7"), "{stdout}");
 
@@ -112,6 +110,41 @@ fn a_c_program_uses_the_library_through_the_header() {
     one("vramkit: vramkit_set_memory_fraction: invalid memory fraction 2");
     one("vramkit: ignoring VRAMKIT_ALLOC_CONF=\"max_split_size_mb:5\": ");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    // Nothing the driver refused (the fake driver prints each refusal).
+    assert!(!stderr.contains("fake-cuda: refused"), "{stderr}");
+}
+
+#[test]
+fn a_c_program_uses_the_library_through_the_header() {
+    let work = work_dir("abi");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/abi_test.c");
+    let Some(program) = build(&source, &work) else { return };
+    let mut command = Command::new(&program);
+    command.env("VRAMKIT_DEVICE", "sim:1GiB");
+    run_abi_test(command, &work);
+}
+
+/// The same program on the CUDA backend: `CudaDevice` under the fake
+/// driver of `crates/vramkit-fake-cuda`, two GPUs of 1 GiB. Every check
+/// holds as on the simulated device, and at exit no device memory is left
+/// (the per-device allocators live as long as the process, so their
+/// contexts and pooled events do too).
+#[test]
+fn the_c_program_passes_on_the_cuda_backend_over_the_fake_driver() {
+    let work = work_dir("abi-cuda");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/abi_test.c");
+    let Some(program) = build(&source, &work) else { return };
+    let driver_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("vramkit-capi-fake-driver");
+    let Some(driver) = vramkit_fake_cuda::FakeDriver::build(&driver_dir).unwrap_or_else(|e| panic!("{e}")) else { return };
+    let mut command = driver.command(&program);
+    command.env_remove("VRAMKIT_DEVICE").env("FAKE_CUDA_DEVICES", "2").env("FAKE_CUDA_TOTAL_MB", "1024");
+    run_abi_test(command, &work);
+    let report = driver.report().expect("the fake driver's report");
+    assert_eq!(report.get("context_retains"), 2, "one allocator per device used:\n{report}");
+    assert!(report.get("allocations_made") >= 3 && report.get("out_of_memory") >= 1, "{report}");
+    for key in ["live_allocations", "live_mappings", "live_handles", "live_reservations", "used_bytes", "refusals"] {
+        assert_eq!(report.get(key), 0, "{key} at exit:\n{report}");
+    }
 }
 
 #[test]
