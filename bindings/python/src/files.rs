@@ -1,4 +1,4 @@
-//! The snapshot-file tools: `vramkit.replay(path)` and `vramkit.verify(path)`.
+//! The snapshot-file tools: `vramkit.replay`, `verify`, `tune`, `doctor` and `report`.
 //!
 //! A file is read by [`read_snapshot`] into a [`SnapshotFile`] (the
 //! snapshot and the settings it was recorded with); everything after that
@@ -7,7 +7,7 @@
 //! [`read_snapshot`] uses vramkit-trace's reader (pickle of any protocol,
 //! or JSON), which never executes anything from the file.
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use serde_json::{json, Value};
 use std::fmt;
@@ -134,19 +134,57 @@ pub(crate) fn replay_json(path: PathBuf, conf: Option<&str>, capacity_bytes: Opt
     Ok(replay_file(&file, conf, capacity_bytes)?.to_string())
 }
 
+/// What `tune_and_diagnose` found: the tune report (when some device has
+/// allocation events), the capacity each tuned device was judged at, and
+/// one diagnosis per device.
+struct Findings {
+    traces: Vec<DeviceTrace>,
+    tune: Option<vramkit_replay::TuneReport>,
+    /// Per trace: the capacity it was tuned for (`None` for unlimited or
+    /// for a device without events).
+    capacities: Vec<Option<u64>>,
+    diagnoses: Vec<vramkit_replay::doctor::Diagnosis>,
+}
+
+impl Findings {
+    /// The tune result of trace `index`, if it was tuned.
+    fn tune_result(&self, index: usize) -> Option<&vramkit_replay::TuneResult> {
+        let tuned_before = self.traces[..index].iter().filter(|t| t.has_allocations()).count();
+        let report = self.tune.as_ref()?;
+        self.traces[index].has_allocations().then(|| &report.results[tuned_before])
+    }
+
+    fn diagnoses_json(&self) -> Vec<Value> {
+        self.diagnoses
+            .iter()
+            .map(|d| {
+                let mut v = serde_json::to_value(d).expect("serialisable");
+                v["text"] = Value::String(d.to_string());
+                v
+            })
+            .collect()
+    }
+}
+
 /// Tunes every device of `file` that has allocation events; the
-/// diagnosis of every device. Shared by `tune` and `doctor`.
-fn tune_and_diagnose(file: &SnapshotFile, capacity_bytes: Option<u64>) -> Result<(Option<Value>, Vec<Value>), FileError> {
+/// diagnosis of every device. Shared by `tune`, `doctor` and `report`.
+fn tune_and_diagnose(file: &SnapshotFile, capacity_bytes: Option<u64>) -> Result<Findings, FileError> {
     let traces = DeviceTrace::split(&file.snapshot);
     let mut inputs = Vec::new();
-    for t in traces.iter().filter(|t| t.has_allocations()) {
+    let mut capacities = Vec::new();
+    for t in &traces {
+        if !t.has_allocations() {
+            capacities.push(None);
+            continue;
+        }
         let capacity = match capacity_bytes {
             Some(c) => Some(c),
             None => vramkit_replay::inferred_capacity(t, &file.recorded).map_err(|error| FileError::Replay { device: t.device, error })?,
         };
+        capacities.push(capacity);
         inputs.push(vramkit_replay::TuneInput { label: format!("device {}", t.device), trace: t, recorded: file.recorded.clone(), capacity_bytes: capacity });
     }
-    let report = if inputs.is_empty() {
+    let tune = if inputs.is_empty() {
         None
     } else {
         Some(
@@ -154,16 +192,13 @@ fn tune_and_diagnose(file: &SnapshotFile, capacity_bytes: Option<u64>) -> Result
                 .map_err(|error| FileError::Replay { device: inputs[0].trace.device, error })?,
         )
     };
-    let mut results = report.iter().flat_map(|r| r.results.iter());
-    let mut diagnoses = Vec::new();
-    for t in &traces {
-        let tuned = if t.has_allocations() { results.next() } else { None };
-        let d = vramkit_replay::doctor::diagnose(t, &file.recorded, tuned).map_err(|error| FileError::Replay { device: t.device, error })?;
-        let mut v = serde_json::to_value(&d).expect("serialisable");
-        v["text"] = Value::String(d.to_string());
-        diagnoses.push(v);
+    drop(inputs);
+    let mut findings = Findings { traces, tune, capacities, diagnoses: Vec::new() };
+    for (i, t) in findings.traces.iter().enumerate() {
+        let d = vramkit_replay::doctor::diagnose(t, &file.recorded, findings.tune_result(i)).map_err(|error| FileError::Replay { device: t.device, error })?;
+        findings.diagnoses.push(d);
     }
-    Ok((report.map(|r| serde_json::to_value(&r).expect("serialisable")), diagnoses))
+    Ok(findings)
 }
 
 /// `vramkit.tune(path, capacity)`, as JSON.
@@ -171,19 +206,50 @@ fn tune_and_diagnose(file: &SnapshotFile, capacity_bytes: Option<u64>) -> Result
 #[pyo3(signature = (path, capacity_bytes=None))]
 pub(crate) fn tune_json(path: PathBuf, capacity_bytes: Option<u64>) -> PyResult<String> {
     let file = read_snapshot(&path)?;
-    let (report, _) = tune_and_diagnose(&file, capacity_bytes)?;
-    let report = report.ok_or_else(|| {
+    let findings = tune_and_diagnose(&file, capacity_bytes)?;
+    let report = findings.tune.ok_or_else(|| {
         FileError::Read(format!("{}: the snapshot has no allocation events to tune (record it with _record_memory_history)", path.display()))
     })?;
-    Ok(report.to_string())
+    Ok(serde_json::to_string(&report).expect("serialisable"))
 }
 
 /// `vramkit.doctor(path)`, as JSON: one diagnosis per device, each with its text.
 #[pyfunction]
 pub(crate) fn doctor_json(path: PathBuf) -> PyResult<String> {
     let file = read_snapshot(&path)?;
-    let (_, diagnoses) = tune_and_diagnose(&file, None)?;
-    Ok(json!({ "devices": diagnoses }).to_string())
+    let findings = tune_and_diagnose(&file, None)?;
+    Ok(json!({ "devices": findings.diagnoses_json() }).to_string())
+}
+
+/// `vramkit.report(path, output, capacity, device)`: writes the HTML page
+/// `vramkit report` writes, for one device (the first with allocation
+/// events unless `device` names one); returns the page's size in bytes.
+#[pyfunction]
+#[pyo3(signature = (path, output, capacity_bytes=None, device=None))]
+pub(crate) fn report_html(path: PathBuf, output: PathBuf, capacity_bytes: Option<u64>, device: Option<i64>) -> PyResult<usize> {
+    let file = read_snapshot(&path)?;
+    let findings = tune_and_diagnose(&file, capacity_bytes)?;
+    let index = match device {
+        Some(d) => findings.traces.iter().position(|t| t.device == d).ok_or_else(|| {
+            let have: Vec<String> = findings.traces.iter().map(|t| t.device.to_string()).collect();
+            FileError::Read(format!("{}: no device {d} in the snapshot (it has: {})", path.display(), have.join(", ")))
+        })?,
+        None => findings.traces.iter().position(DeviceTrace::has_allocations).unwrap_or(0),
+    };
+    let trace = findings.traces.get(index).ok_or_else(|| FileError::Read(format!("{}: the snapshot has no segments and no trace", path.display())))?;
+    let label = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let report = vramkit_replay::report::build(&vramkit_replay::report::ReportInput {
+        label,
+        trace,
+        recorded: file.recorded.clone(),
+        capacity_bytes: findings.capacities[index],
+        tune: findings.tune_result(index),
+        diagnosis: &findings.diagnoses[index],
+    })
+    .map_err(|error| FileError::Replay { device: trace.device, error })?;
+    let html = report.to_html();
+    std::fs::write(&output, &html).map_err(|e| PyOSError::new_err(format!("{}: cannot write the report: {e}", output.display())))?;
+    Ok(html.len())
 }
 
 /// `vramkit.verify(path)`, as JSON.

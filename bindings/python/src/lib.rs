@@ -139,5 +139,6 @@ fn _vramkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(files::verify_json, m)?)?;
     m.add_function(wrap_pyfunction!(files::tune_json, m)?)?;
     m.add_function(wrap_pyfunction!(files::doctor_json, m)?)?;
+    m.add_function(wrap_pyfunction!(files::report_html, m)?)?;
     Ok(())
 }

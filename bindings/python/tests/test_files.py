@@ -23,14 +23,9 @@ def recorded_snapshot(tmp_path_factory, cabi):
     return path, d
 
 
-def not_wired_yet(call):
-    """Kept as a name from before the reader was wired: now simply calls."""
-    return call()
-
-
 def test_replay_gives_recorded_and_predicted_numbers(recorded_snapshot):
     path, d = recorded_snapshot
-    result = not_wired_yet(lambda: vramkit.replay(path))
+    result = vramkit.replay(path)
     device = next(r for r in result["devices"] if r["device"] == d)
     assert device["has_events"]
     for side in ("recorded", "predicted"):
@@ -44,7 +39,7 @@ def test_replay_gives_recorded_and_predicted_numbers(recorded_snapshot):
 
 def test_replay_under_other_settings_and_a_capacity(recorded_snapshot):
     path, d = recorded_snapshot
-    result = not_wired_yet(lambda: vramkit.replay(path, conf="expandable_segments:True", capacity="16MiB"))
+    result = vramkit.replay(path, conf="expandable_segments:True", capacity="16MiB")
     assert "expandable_segments:True" in result["settings"]
     assert result["capacity_bytes"] == 16 * MiB
     device = next(r for r in result["devices"] if r["device"] == d)
@@ -53,7 +48,7 @@ def test_replay_under_other_settings_and_a_capacity(recorded_snapshot):
 
 def test_verify_finds_vramkits_own_trace_faithful(recorded_snapshot):
     path, d = recorded_snapshot
-    result = not_wired_yet(lambda: vramkit.verify(path))
+    result = vramkit.verify(path)
     device = next(r for r in result["devices"] if r["device"] == d)
     assert device["alloc_events"] == 2 and device["match_rate"] == 1.0
     assert device["passed"] and device["first_divergence"] is None
@@ -107,3 +102,22 @@ def test_unreadable_file_is_a_value_error(tmp_path):
     bad.write_bytes(b"\x80\x04 not a snapshot")
     with pytest.raises(ValueError):
         vramkit.verify(bad)
+
+
+def test_report_writes_the_html_page(tmp_path):
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[3] / "data" / "traces" / "pytorch_snapshots" / "cs336_silmont2000__mem_snapshot.pickle"
+    out = tmp_path / "report.html"
+    assert vramkit.report(path, out) == str(out)
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    # The recommendation tune makes for this trace, and both timelines.
+    recommended = vramkit.tune(path)["results"][0]["recommended"]
+    assert recommended and recommended in page
+    assert page.count("<svg") >= 3
+    with pytest.raises(ValueError, match="no device 7"):
+        vramkit.report(path, tmp_path / "other.html", device=7)
+    with pytest.raises(OSError):
+        vramkit.report(path, tmp_path / "missing-folder" / "r.html")
+    with pytest.raises(TypeError):
+        vramkit.report(path, out, device="0")

@@ -26,7 +26,7 @@ from typing import Any, Dict, Optional, Union
 
 from . import _vramkit as _ext
 from . import torch
-from ._files import doctor, replay, tune, verify
+from ._files import doctor, replay, report, tune, verify
 
 __version__: str = _ext.__version__
 
@@ -45,6 +45,7 @@ __all__ = [
     "memory_summary",
     "record_memory_history",
     "replay",
+    "report",
     "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
     "set_settings",

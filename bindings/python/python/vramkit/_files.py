@@ -121,3 +121,21 @@ def tune(path: PathLike, capacity: Capacity = None) -> Dict[str, Any]:
     """
     capacity_bytes = _capacity_bytes(capacity)
     return json.loads(_ext.tune_json(_existing_file(path), capacity_bytes))
+
+
+def report(path: PathLike, output: PathLike, capacity: Capacity = None, device: Optional[int] = None) -> str:
+    """Writes the self-contained HTML page ``vramkit report`` writes for a
+    snapshot (allocated and reserved over time under the recorded and the
+    recommended settings, segment maps at each peak, the top allocation
+    sites, the tune table and the doctor's text) to ``output``.
+
+    ``device`` picks the device (default: the first with allocation
+    events); ``capacity`` is as for :func:`tune`. Returns ``output`` as a
+    string.
+    """
+    capacity_bytes = _capacity_bytes(capacity)
+    if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
+        raise TypeError(f"device must be an int, not {type(device).__name__}")
+    output = os.fspath(output)
+    _ext.report_html(_existing_file(path), output, capacity_bytes, device)
+    return output
