@@ -66,7 +66,11 @@ def trim_frames(snapshot):
     return snapshot
 
 
-def gpt2(torch, steps, device):
+# gpt2, resnet and unet call on_step(step), when given, at the end of each
+# training step (scripts/gpu/bench_torch.py times the steps with it).
+
+
+def gpt2(torch, steps, device, on_step=None):
     layer = torch.nn.TransformerEncoderLayer(d_model=768, nhead=12, dim_feedforward=3072, batch_first=True)
     model = torch.nn.Sequential(
         torch.nn.Embedding(50257, 768),
@@ -82,9 +86,11 @@ def gpt2(torch, steps, device):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if on_step is not None:
+            on_step(step)
 
 
-def resnet(torch, steps, device):
+def resnet(torch, steps, device, on_step=None):
     def block(cin, cout, stride):
         return torch.nn.Sequential(
             torch.nn.Conv2d(cin, cout, 3, stride, 1, bias=False), torch.nn.BatchNorm2d(cout), torch.nn.ReLU(),
@@ -107,9 +113,11 @@ def resnet(torch, steps, device):
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if on_step is not None:
+            on_step(step)
 
 
-def unet(torch, steps, device):
+def unet(torch, steps, device, on_step=None):
     class UNet(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -147,6 +155,8 @@ def unet(torch, steps, device):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if on_step is not None:
+            on_step(step)
 
 
 def streams(torch, steps, device):
