@@ -113,5 +113,40 @@ fn mixed_trace_sizes(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, cache_hit_pair, mixed_trace_sizes);
+/// The same cache-hit pair through the front ends: `SharedAllocator` (the
+/// per-device mutex and the pointer-to-size map) and the C entry points
+/// PyTorch calls (`vramkit_malloc`/`vramkit_free`: registry lookup, panic
+/// guard, then the shared allocator), on the simulated backend.
+fn front_end_pair(c: &mut Criterion) {
+    let mut group = c.benchmark_group("front_end_pair");
+    let shared = vramkit_capi::SharedAllocator::new(SimDevice::unlimited(), AllocatorConfig::pytorch_default(), 0);
+    let p = shared.malloc(512, StreamId(0)).unwrap();
+    shared.free(p, 512).unwrap();
+    group.bench_function("shared_allocator_512B", |b| {
+        b.iter(|| {
+            let p = shared.malloc(black_box(512), StreamId(0)).unwrap();
+            shared.free(p, 512).unwrap();
+        })
+    });
+    c_abi_pair(&mut group);
+    group.finish();
+}
+
+/// `vramkit_malloc` + `vramkit_free` of 512 B on device 0 of a simulated
+/// backend, as PyTorch's `CUDAPluggableAllocator` calls them.
+#[allow(unsafe_code)]
+fn c_abi_pair(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    use vramkit_capi::ffi::{vramkit_free, vramkit_malloc, vramkit_select_backend};
+    // SAFETY: a NUL-terminated literal; called before any other entry point.
+    assert_eq!(unsafe { vramkit_select_backend(c"sim:8GiB".as_ptr()) }, 0);
+    let stream = std::ptr::null_mut();
+    group.bench_function("c_abi_512B", |b| {
+        b.iter(|| {
+            let p = vramkit_malloc(black_box(512), 0, stream);
+            vramkit_free(p, 512, 0, stream);
+        })
+    });
+}
+
+criterion_group!(benches, cache_hit_pair, front_end_pair, mixed_trace_sizes);
 criterion_main!(benches);
