@@ -56,9 +56,8 @@ pub struct CudaDevice {
     /// Address ranges reserved through the `Device` trait and not released:
     /// base address to size in bytes.
     pub(crate) address_ranges: BTreeMap<u64, u64>,
-    /// Memory from `cuMemAlloc` not freed yet: address to size. `drop`
-    /// frees what is left.
-    allocations: BTreeMap<u64, u64>,
+    /// Addresses from `cuMemAlloc` not freed yet; `drop` frees what is left.
+    allocations: BTreeSet<u64>,
     /// Pages mapped through the `Device` trait's `map` and not unmapped, by
     /// address. Invariant: the pages do not overlap, and each lies inside
     /// one of `address_ranges`.
@@ -103,7 +102,7 @@ impl CudaDevice {
             events_in_use: BTreeSet::new(),
             driver_failures: Cell::new(0),
             virtual_memory: false,
-            allocations: BTreeMap::new(),
+            allocations: BTreeSet::new(),
             address_ranges: BTreeMap::new(),
             pages: BTreeMap::new(),
         };
@@ -244,13 +243,13 @@ fn event_handle(event: EventId) -> sys::CUevent {
 impl Device for CudaDevice {
     fn malloc(&mut self, size_bytes: u64, _stream: StreamId) -> Result<DeviceAddr, DeviceError> {
         let addr = self.alloc_raw(size_bytes).map_err(|failure| failure.into_device_error(size_bytes))?;
-        self.allocations.insert(addr.0, size_bytes);
+        self.allocations.insert(addr.0);
         Ok(addr)
     }
 
     fn free(&mut self, addr: DeviceAddr, _size_bytes: u64) {
         let known = self.allocations.remove(&addr.0);
-        debug_assert!(known.is_some(), "free of {addr}, not a live cuMemAlloc of this device");
+        debug_assert!(known, "free of {addr}, not a live cuMemAlloc of this device");
         let result = self.enter().and_then(|_current| {
             // SAFETY: driver loaded, context current (guard); `addr` was
             // returned by `cuMemAlloc` in `malloc` and the allocator frees it
@@ -392,7 +391,7 @@ impl Drop for CudaDevice {
                 if let Err(failure) = check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() }) {
                     self.note_failure(failure, "drop (synchronize)");
                 }
-                for (addr, _) in std::mem::take(&mut self.allocations) {
+                for addr in std::mem::take(&mut self.allocations) {
                     // SAFETY: driver loaded, context current; `addr` came
                     // from `cuMemAlloc` and `free` has not freed it (it
                     // would have removed it from `allocations`).
