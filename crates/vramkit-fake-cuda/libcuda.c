@@ -119,7 +119,6 @@ struct mapping {
     CUdeviceptr ptr;
     unsigned long long size;
     unsigned long long handle; /* index + 1 */
-    int access;
     int live;
 };
 struct event {
@@ -517,7 +516,6 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     m->ptr = ptr;
     m->size = size;
     m->handle = id;
-    m->access = 0;
     m->live = 1;
     h->mappings++;
     LEAVE(CUDA_SUCCESS);
@@ -539,10 +537,6 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
         if (o->live && o->ptr >= ptr && o->ptr + o->size <= ptr + size) covered += o->size;
     }
     if (size == 0 || covered != size) LEAVE(refuse(CUDA_ERROR_INVALID_VALUE, "cuMemSetAccess", "range is not wholly mapped"));
-    for (int m = 0; m < n_mappings; m++) {
-        struct mapping *o = &mappings[m];
-        if (o->live && o->ptr >= ptr && o->ptr + o->size <= ptr + size) o->access = desc[0].flags;
-    }
     LEAVE(CUDA_SUCCESS);
 }
 
