@@ -633,3 +633,49 @@ fn restore_refuses_inconsistent_segments() {
     let err = vramkit_core::CachingAllocator::restore(SimDevice::unlimited(), a.config().clone(), &segs).unwrap_err();
     assert!(err.to_string().contains("add up to"), "{err}");
 }
+
+#[test]
+fn the_last_retry_does_not_search_the_blocks_its_synchronisation_freed() {
+    // A 40 MiB block waits on another stream's work; a 30 MiB request is
+    // refused by the device, so the ladder synchronises (freeing the block)
+    // and releases whole free segments. The held block's segment is not
+    // whole (a live block follows it), so nothing is released, and the
+    // last retry asks only the device: out of memory, though the cache now
+    // holds a block that fits (spec 3.1, PyTorch's `malloc`).
+    let mut a = allocator_on(SimDevice::new(64 * MIB).with_event_mode(EventMode::Manual), "");
+    let whole = a.malloc(60 * MIB, S0).unwrap();
+    a.free(whole).unwrap();
+    let held = a.malloc(40 * MIB, S0).unwrap();
+    let _pin = a.malloc(20 * MIB, S0).unwrap();
+    assert_eq!(state(&a), lines("@0x0 large 62914560 stream 0: [41943040 A(41943040) | 20971520 A(20971520)]"));
+    a.record_stream(held, StreamId(9)).unwrap();
+    a.free(held).unwrap();
+    assert!(!a.fits_in_cache(30 * MIB, S0));
+    assert!(a.fits_in_cache_after_empty_cache(30 * MIB, S0), "empty_cache() synchronises first");
+    assert!(a.malloc(30 * MIB, S0).is_err());
+    // Now the block is free: the same request is served from the cache.
+    assert_eq!(a.malloc(30 * MIB, S0).unwrap(), held);
+}
+
+#[test]
+fn what_if_queries_change_nothing() {
+    let mut a = allocator("");
+    let whole = a.malloc(40 * MIB, S0).unwrap();
+    a.free(whole).unwrap();
+    let p = a.malloc(30 * MIB, S0).unwrap();
+    let small = a.malloc(4 * KIB, S0).unwrap();
+    let before = state(&a);
+    // Freeing p merges it with the free 10 MiB after it: 40 MiB at p.
+    assert!(!a.fits_in_cache(35 * MIB, S0));
+    assert!(a.fits_in_cache_after_free(p, 35 * MIB, S0));
+    assert!(!a.fits_in_cache_after_free(p, 41 * MIB, S0));
+    // Another stream or another pool never uses the block.
+    assert!(!a.fits_in_cache_after_free(p, 35 * MIB, StreamId(1)));
+    assert!(!a.fits_in_cache_after_free(small, 35 * MIB, S0));
+    // Not allocated: no.
+    assert!(!a.fits_in_cache_after_free(DeviceAddr(p.0 + 1), 1, S0));
+    // empty_cache() keeps segments with live blocks.
+    assert!(!a.fits_in_cache_after_empty_cache(35 * MIB, S0));
+    assert_eq!(state(&a), before);
+    assert_ne!(a.malloc(35 * MIB, S0).unwrap(), p, "p is still allocated: a new segment");
+}

@@ -9,13 +9,15 @@
 //!   model frees the block where PyTorch did: at the start of the next
 //!   `malloc`, or in a synchronisation. `free_completed` entries just before
 //!   a run of releases were emitted by that synchronisation itself, so their
-//!   events are left for the model's synchronisation to complete.
+//!   events are left for the model's synchronisation to complete. A pair
+//!   directly before such a run is a held block too when freeing it would
+//!   have served the request that follows: then there would be no run.
 //! - A run of releases is an `empty_cache()` call unless it is a retry
 //!   ladder (see `releases`), which the model repeats by itself when the
 //!   device refuses memory.
 //! - An `oom` is the failed request, asked again.
 
-use crate::releases::{is_empty_cache_call, ReleaseRun};
+use crate::releases::{is_empty_cache_call, is_segment_event, ReleaseRun};
 use crate::AddrMap;
 use vramkit_core::{CachingAllocator, DeviceAddr, Error, StreamId, TraceAction, TraceEntry};
 use vramkit_sim::SimDevice;
@@ -110,7 +112,8 @@ impl<'a> Driver<'a> {
             TraceAction::FreeRequested => {
                 let Some(p) = self.model_addr(e.addr) else { return Step::Other };
                 let next = self.events.get(i + 1);
-                let immediate = next.is_some_and(|n| n.action == TraceAction::FreeCompleted && n.addr == e.addr);
+                let immediate = next.is_some_and(|n| n.action == TraceAction::FreeCompleted && n.addr == e.addr)
+                    && !self.freed_by_ladder_sync(model, i, DeviceAddr(p));
                 if !immediate {
                     let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
                     self.next_hold += 1;
@@ -145,7 +148,13 @@ impl<'a> Driver<'a> {
                 Step::Other
             }
             TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
-                let call = is_empty_cache_call(&self.runs, self.events, i, || model.empty_cache_plan());
+                let call = is_empty_cache_call(
+                    &self.runs,
+                    self.events,
+                    i,
+                    || model.empty_cache_plan(),
+                    |r| model.fits_in_cache_after_empty_cache(r.size, StreamId(r.stream)),
+                );
                 if call {
                     model.empty_cache();
                 }
@@ -160,6 +169,25 @@ impl<'a> Driver<'a> {
                 Step::Oom { failed }
             }
             _ => Step::Other,
+        }
+    }
+
+    /// A `free_requested` at `i` directly followed by its `free_completed`
+    /// is usually a plain free, but a held block whose event the next
+    /// request's retry ladder synchronised looks the same: the ladder's
+    /// `free_completed` comes before its releases, new segment or `oom`.
+    /// It was held if freeing it would have served that request from the
+    /// cache: a plain free there would have left no ladder to record.
+    fn freed_by_ladder_sync(&self, model: &CachingAllocator<SimDevice>, i: usize, p: DeviceAddr) -> bool {
+        if !self.by_sync.get(i + 1).copied().unwrap_or(false) {
+            return false;
+        }
+        let request = self.events[i + 2..].iter().find(|e| !is_segment_event(e));
+        match request {
+            Some(r) if matches!(r.action, TraceAction::Alloc | TraceAction::Oom) => {
+                model.fits_in_cache_after_free(p, r.size, StreamId(r.stream))
+            }
+            _ => false,
         }
     }
 

@@ -62,21 +62,40 @@ pub fn classify_release_runs(events: &[TraceEntry]) -> Vec<(usize, ReleaseRun)> 
 /// ones. So a run is replayed as `empty_cache()` exactly when it is what a
 /// full release would free from the model's current state (`plan`);
 /// otherwise the model's own `malloc` does it.
+///
+/// The ladder's last stage releases the same segments, but then only asks
+/// the device again: blocks its synchronisation freed are not searched. So
+/// a "ladder" run whose request the cache could serve after `empty_cache()`
+/// (`fits_after_empty_cache`) is the ladder: after a call, that request
+/// would have been served from the cache, with no new segment and no `oom`.
 pub fn is_empty_cache_call(
     runs: &[(usize, ReleaseRun)],
     events: &[TraceEntry],
     start: usize,
     plan: impl FnOnce() -> Vec<(TraceAction, u64, u64)>,
+    fits_after_empty_cache: impl FnOnce(&TraceEntry) -> bool,
 ) -> bool {
-    if runs.binary_search_by_key(&start, |r| r.0).is_err() {
-        return false;
-    }
+    let Ok(k) = runs.binary_search_by_key(&start, |r| r.0) else { return false };
     let recorded: Vec<(TraceAction, u64, u64)> = events[start..]
         .iter()
         .take_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap))
         .map(|e| (e.action, e.addr, e.size))
         .collect();
-    recorded == plan()
+    if recorded != plan() {
+        return false;
+    }
+    if runs[k].1 == ReleaseRun::RetryLadder {
+        let request = events[start..].iter().find(|e| !is_segment_event(e));
+        if request.is_some_and(|r| matches!(r.action, TraceAction::Alloc | TraceAction::Oom) && fits_after_empty_cache(r)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// A segment event: a new or released segment, or pages mapped or unmapped.
+pub(crate) fn is_segment_event(e: &TraceEntry) -> bool {
+    matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentMap | TraceAction::SegmentFree | TraceAction::SegmentUnmap)
 }
 
 /// The release runs with the capacity rule applied, and the capacity the

@@ -85,9 +85,38 @@ impl<D: Device> CachingAllocator<D> {
         copy.malloc_impl(size, stream, None).is_ok()
     }
 
+    /// Would `malloc(size, stream)` be served from the cache if the block
+    /// allocated at `ptr` were freed first (merging with its free
+    /// neighbours)? `false` when `ptr` is not allocated. Changes nothing.
+    pub fn fits_in_cache_after_free(&self, ptr: DeviceAddr, size: u64, stream: StreamId) -> bool {
+        let Some(&id) = self.allocated.get(&ptr.0) else { return false };
+        let block = &self.blocks[id];
+        // A block on another stream or in another pool is never a candidate,
+        // so freeing it changes nothing: no copy needed.
+        if block.stream != stream || block.pool != self.alloc_params(size, stream).pool {
+            return self.fits_in_cache(size, stream);
+        }
+        let info = self.device.mem_get_info();
+        let device = WhatIfDevice { free_bytes: info.free_bytes, total_bytes: info.total_bytes, next_address: u64::MAX / 2 };
+        let mut copy = self.clone_state_onto(device);
+        copy.free(ptr).is_ok() && copy.fits_in_cache(size, stream)
+    }
+
     /// What `empty_cache()` would release now, in order: (action, address,
     /// bytes) of each `segment_free` and `segment_unmap`. Changes nothing.
     pub fn empty_cache_plan(&self) -> Vec<(crate::snapshot::TraceAction, u64, u64)> {
+        self.after_empty_cache().1
+    }
+
+    /// Would `malloc(size, stream)` be served from the cache right after an
+    /// `empty_cache()` (whose synchronisation frees blocks still waiting on
+    /// events)? Changes nothing.
+    pub fn fits_in_cache_after_empty_cache(&self, size: u64, stream: StreamId) -> bool {
+        self.after_empty_cache().0.fits_in_cache(size, stream)
+    }
+
+    /// A copy after `empty_cache()`, and what it released.
+    fn after_empty_cache(&self) -> (CachingAllocator<WhatIfDevice>, Vec<(crate::snapshot::TraceAction, u64, u64)>) {
         let info = self.device.mem_get_info();
         let device = WhatIfDevice { free_bytes: info.free_bytes, total_bytes: info.total_bytes, next_address: u64::MAX / 2 };
         let mut copy = self.clone_state_onto(device);
@@ -98,11 +127,12 @@ impl<D: Device> CachingAllocator<D> {
         }));
         copy.release_cached_blocks(None);
         let history = copy.history.take().expect("set above");
-        history
+        let released = history
             .entries()
             .filter(|e| matches!(e.action, crate::snapshot::TraceAction::SegmentFree | crate::snapshot::TraceAction::SegmentUnmap))
             .map(|e| (e.action, e.addr, e.size))
-            .collect()
+            .collect();
+        (copy, released)
     }
 
     /// The settings worth trying for a failed request, as (conf string, config).
