@@ -125,6 +125,9 @@ impl<'a> Driver<'a> {
                 Step::Other
             }
             TraceAction::FreeCompleted => {
+                if self.by_sync[i] && (i == 0 || self.events[i - 1].action != TraceAction::FreeCompleted) {
+                    self.check_sync_run(i);
+                }
                 if let Some(stream) = self.holds.remove(&e.addr) {
                     if self.by_sync[i] {
                         self.overdue.push(stream);
@@ -148,13 +151,7 @@ impl<'a> Driver<'a> {
                 Step::Other
             }
             TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
-                let call = is_empty_cache_call(
-                    &self.runs,
-                    self.events,
-                    i,
-                    || model.empty_cache_plan(),
-                    |r| model.fits_in_cache_after_empty_cache(r.size, StreamId(r.stream)),
-                );
+                let call = is_empty_cache_call(&self.runs, self.events, i, model, !self.holds.is_empty());
                 if call {
                     model.empty_cache();
                 }
@@ -169,6 +166,18 @@ impl<'a> Driver<'a> {
                 Step::Oom { failed }
             }
             _ => Step::Other,
+        }
+    }
+
+    /// The run of `free_completed` entries starting at `i` sits before a
+    /// release, a new segment or an `oom`. A synchronisation frees every
+    /// block still waiting on other streams; if the run leaves one held, it
+    /// was not one: those blocks completed at the start of the `malloc`,
+    /// before its cache search and garbage collection.
+    fn check_sync_run(&mut self, i: usize) {
+        let run: Vec<u64> = self.events[i..].iter().take_while(|e| e.action == TraceAction::FreeCompleted).map(|e| e.addr).collect();
+        if self.holds.keys().any(|a| !run.contains(a)) {
+            self.by_sync[i..i + run.len()].fill(false);
         }
     }
 

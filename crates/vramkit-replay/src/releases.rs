@@ -6,7 +6,8 @@
 //! only if that allocation's acquire and `alloc`, or an `oom`, follow it;
 //! any other run is an `empty_cache()` call.
 
-use vramkit_core::{TraceAction, TraceEntry};
+use vramkit_core::{CachingAllocator, StreamId, TraceAction, TraceEntry};
+use vramkit_sim::SimDevice;
 
 /// What a run of releases was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,50 +48,51 @@ pub fn classify_release_runs(events: &[TraceEntry]) -> Vec<(usize, ReleaseRun)> 
     runs
 }
 
-/// Whether the user called `empty_cache()` at the run starting at `start`:
-/// runs classified as such, and "ladder" runs whose request the cache could
-/// serve at that point (then no `cudaMalloc` was tried, so none was refused).
+/// Whether the user called `empty_cache()` at the run starting at `start`,
+/// judged from the model's state just before it.
 ///
-/// With garbage collection on, a run before a request that misses the
-/// cache while reserved bytes are above the threshold is that request's own
-/// collection, not a call.
-///
-/// The order of the releases decides: a full release (`empty_cache()`, or
-/// the last stage of the ladder, which has the same effect) frees every
+/// The order of the releases decides first: a full release (`empty_cache()`,
+/// or the last stage of the ladder, which has the same effect) frees every
 /// whole segment in ascending size order, while the targeted stage frees
 /// oversize blocks from the largest down and garbage collection frees old
-/// ones. So a run is replayed as `empty_cache()` exactly when it is what a
-/// full release would free from the model's current state (`plan`);
-/// otherwise the model's own `malloc` does it.
+/// ones. So a run is a call only when it is what a full release would free
+/// from the model's state; otherwise the model's own `malloc` does it.
 ///
-/// The ladder's last stage releases the same segments, but then only asks
-/// the device again: blocks its synchronisation freed are not searched. So
-/// a "ladder" run whose request the cache could serve after `empty_cache()`
-/// (`fits_after_empty_cache`) is the ladder: after a call, that request
-/// would have been served from the cache, with no new segment and no `oom`.
+/// A full release synchronises first: every block still waiting on other
+/// streams is freed, and its `free_completed` comes before the run. So
+/// with such a block left (`unsynced_holds`), the run is not a call, but
+/// garbage collection or the targeted stage, which do not synchronise.
+///
+/// The ladder's last stage releases the same segments as a call, but then
+/// only asks the device again: blocks its synchronisation freed are not
+/// searched. So a "ladder" run whose request the cache could serve after
+/// `empty_cache()` is the ladder: after a call, that request would have
+/// been served from the cache, with no new segment and no `oom`.
 pub fn is_empty_cache_call(
     runs: &[(usize, ReleaseRun)],
     events: &[TraceEntry],
     start: usize,
-    plan: impl FnOnce() -> Vec<(TraceAction, u64, u64)>,
-    fits_after_empty_cache: impl FnOnce(&TraceEntry) -> bool,
+    model: &CachingAllocator<SimDevice>,
+    unsynced_holds: bool,
 ) -> bool {
+    if unsynced_holds {
+        return false;
+    }
     let Ok(k) = runs.binary_search_by_key(&start, |r| r.0) else { return false };
     let recorded: Vec<(TraceAction, u64, u64)> = events[start..]
         .iter()
         .take_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap))
         .map(|e| (e.action, e.addr, e.size))
         .collect();
-    if recorded != plan() {
+    let request = events[start..]
+        .iter()
+        .find(|e| !is_segment_event(e))
+        .filter(|r| matches!(r.action, TraceAction::Alloc | TraceAction::Oom));
+    if recorded != model.empty_cache_plan() {
         return false;
     }
-    if runs[k].1 == ReleaseRun::RetryLadder {
-        let request = events[start..].iter().find(|e| !is_segment_event(e));
-        if request.is_some_and(|r| matches!(r.action, TraceAction::Alloc | TraceAction::Oom) && fits_after_empty_cache(r)) {
-            return false;
-        }
-    }
-    true
+    let ladder = runs[k].1 == ReleaseRun::RetryLadder;
+    !(ladder && request.is_some_and(|r| model.fits_in_cache_after_empty_cache(r.size, StreamId(r.stream))))
 }
 
 /// A segment event: a new or released segment, or pages mapped or unmapped.

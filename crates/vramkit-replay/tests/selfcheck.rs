@@ -118,6 +118,8 @@ selfcheck! {
     expandable_streams: "expandable_segments:True", u64::MAX, usize::MAX, 3, false;
     expandable_max_split: "expandable_segments:True,max_split_size_mb:64", u64::MAX, usize::MAX, 2, false;
     expandable_record_stream: "expandable_segments:True", u64::MAX, usize::MAX, 2, true;
+    record_stream_max_split_refusals: "max_split_size_mb:64", 1200 * MIB, usize::MAX, 2, true;
+    gc_record_stream: "garbage_collection_threshold:0.5,per_process_memory_fraction:0.9", 1500 * MIB, usize::MAX, 2, true;
 }
 
 
