@@ -144,11 +144,24 @@ pub fn classify_with_capacity(
         if *kind != ReleaseRun::RetryLadder {
             continue;
         }
+        // What the request asked of the device: the segments it acquired
+        // after the run (with expandable segments, pages mapped in whole
+        // units, which the request's size alone does not tell), else the
+        // segment its size needs.
+        let after_run = events[*start..].iter().skip_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap));
+        let acquired: u64 = after_run
+            .take_while(|e| matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentMap))
+            .map(|e| e.size)
+            .sum();
         let request = events[*start..].iter().find(|e| matches!(e.action, TraceAction::Alloc | TraceAction::Oom));
-        let alloc_size = request.map_or(0, |e| {
-            let rounded = if e.action == TraceAction::Oom { e.size } else { round_size(e.size, &config.roundup_power2_divisions) };
-            get_allocation_size(rounded, config.large_segment_size_bytes)
-        });
+        let alloc_size = if acquired > 0 {
+            acquired
+        } else {
+            request.map_or(0, |e| {
+                let rounded = if e.action == TraceAction::Oom { e.size } else { round_size(e.size, &config.roundup_power2_divisions) };
+                get_allocation_size(rounded, config.large_segment_size_bytes)
+            })
+        };
         if before + alloc_size <= limit {
             *kind = ReleaseRun::EmptyCache;
         } else {
