@@ -158,3 +158,36 @@ fn expandable_max_split_with_refusals() {
     let bad = failing("expandable_segments:True,max_split_size_mb:64", 1..=40, 1200 * MIB, usize::MAX, 2, false);
     assert!(bad.is_empty(), "{} of 40 seeds did not verify: {bad:?}", bad.len());
 }
+/// Every setting with device refusals, 100 seeds each: how many seeds do
+/// not verify, against the most each may (measured; lower it when a fix
+/// lands). What remains: block tails a window start cannot pin down
+/// (spec 13.5), expandable segments with `record_stream`, and garbage
+/// collection with `record_stream`, whose block ages the trace does not
+/// record. The first measurement, before the ladder and synchronisation
+/// fixes in drive.rs and releases.rs, 200 seeds each: 487 of 2,000
+/// diverged; now 19 of these 1,000.
+#[test]
+fn refusals_under_every_setting() {
+    const GC: &str = "garbage_collection_threshold:0.5,per_process_memory_fraction:0.9";
+    const EXP_SPLIT: &str = "expandable_segments:True,max_split_size_mb:64";
+    let presets: [(&str, u64, u64, bool, usize); 10] = [
+        ("", 1200 * MIB, 1, false, 1),
+        ("", 1500 * MIB, 2, true, 0),
+        ("max_split_size_mb:64", 1200 * MIB, 2, true, 2),
+        ("max_split_size_mb:64", 1000 * MIB, 1, false, 2),
+        ("roundup_power2_divisions:4", 1100 * MIB, 2, true, 1),
+        ("expandable_segments:True", 1200 * MIB, 2, true, 2),
+        (EXP_SPLIT, 1200 * MIB, 2, false, 2),
+        (EXP_SPLIT, 1200 * MIB, 2, true, 4),
+        (GC, 1500 * MIB, 1, false, 0),
+        (GC, 1500 * MIB, 2, true, 5),
+    ];
+    let mut report = Vec::new();
+    for (conf, capacity, streams, rs, most) in presets {
+        let bad = failing(conf, 1..=100, capacity, usize::MAX, streams, rs);
+        if bad.len() > most {
+            report.push(format!("{conf:?} (record_stream {rs}): {} of 100 diverge, at most {most}: {bad:?}", bad.len()));
+        }
+    }
+    assert!(report.is_empty(), "{}", report.join("\n"));
+}
