@@ -126,7 +126,7 @@ impl<'a> Driver<'a> {
             }
             TraceAction::FreeCompleted => {
                 if self.by_sync[i] && (i == 0 || self.events[i - 1].action != TraceAction::FreeCompleted) {
-                    self.check_sync_run(i);
+                    self.check_sync_run(model, i);
                 }
                 if let Some(stream) = self.holds.remove(&e.addr) {
                     if self.by_sync[i] {
@@ -170,14 +170,37 @@ impl<'a> Driver<'a> {
     }
 
     /// The run of `free_completed` entries starting at `i` sits before a
-    /// release, a new segment or an `oom`. A synchronisation frees every
-    /// block still waiting on other streams; if the run leaves one held, it
-    /// was not one: those blocks completed at the start of the `malloc`,
-    /// before its cache search and garbage collection.
-    fn check_sync_run(&mut self, i: usize) {
+    /// release, a new segment or an `oom`. A synchronisation (in
+    /// `empty_cache()` or the ladder's last stage) frees every block still
+    /// waiting on other streams, then releases every whole free segment.
+    /// If the run leaves a block held, or what follows it is not that full
+    /// release, it was no synchronisation: those blocks completed at the
+    /// start of the `malloc`, before its cache search, garbage collection
+    /// and targeted release.
+    fn check_sync_run(&mut self, model: &CachingAllocator<SimDevice>, i: usize) {
         let run: Vec<u64> = self.events[i..].iter().take_while(|e| e.action == TraceAction::FreeCompleted).map(|e| e.addr).collect();
-        if self.holds.keys().any(|a| !run.contains(a)) {
-            self.by_sync[i..i + run.len()].fill(false);
+        let end = i + run.len();
+        let synchronised = self.holds.keys().all(|a| run.contains(a)) && {
+            let releases: Vec<(TraceAction, u64, u64)> = self.events[end..]
+                .iter()
+                .take_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap))
+                .map(|e| (e.action, e.addr, e.size))
+                .collect();
+            // Garbage collection or the targeted stage of the same `malloc`
+            // may have released segments just before; the model does that
+            // in its own `malloc`, after this.
+            let released_before: Vec<(TraceAction, u64, u64)> = self.events[..i]
+                .iter()
+                .rev()
+                .take_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap))
+                .map(|e| (e.action, e.addr, e.size))
+                .collect();
+            let mut plan = model.empty_cache_plan();
+            plan.retain(|r| !released_before.contains(r));
+            releases == plan
+        };
+        if !synchronised {
+            self.by_sync[i..end].fill(false);
         }
     }
 
