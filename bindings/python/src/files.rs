@@ -88,6 +88,7 @@ pub(crate) fn replay_file(file: &SnapshotFile, conf: Option<&str>, capacity_byte
             capacity_bytes,
             recorded_capacity_bytes: None,
             timeline_points: TIMELINE_POINTS,
+            reading: None,
         };
     let mut devices = Vec::new();
     for trace in DeviceTrace::split(&file.snapshot) {

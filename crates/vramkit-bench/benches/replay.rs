@@ -12,14 +12,12 @@ fn largest_trace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/traces/pytorch_snapshots/cs336_bcrafton__memory_snapshot.pickle")
 }
 
-fn options() -> ModelOptions {
-    ModelOptions {
-        config: AllocatorConfig::pytorch_default(),
-        recorded: AllocatorConfig::pytorch_default(),
-        capacity_bytes: None,
-        recorded_capacity_bytes: None,
-        timeline_points: 0,
-    }
+/// Model replay options with the trace's reading judged beforehand, as
+/// `tune` does once per trace for all its candidates.
+fn options(trace: &DeviceTrace) -> ModelOptions {
+    let config = AllocatorConfig::pytorch_default();
+    let reading = vramkit_replay::verify::reading(trace, &config, None).unwrap();
+    ModelOptions { reading: Some(std::sync::Arc::new(reading)), ..ModelOptions::for_conf(config.clone(), config, None) }
 }
 
 fn real_trace(c: &mut Criterion) {
@@ -31,7 +29,8 @@ fn real_trace(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(bytes.len() as u64));
     g.bench_function("parse", |b| b.iter(|| vramkit_trace::read_snapshot_bytes(&bytes).unwrap()));
     g.throughput(Throughput::Elements(trace.events.len() as u64));
-    g.bench_function("model_replay", |b| b.iter(|| model_replay(&trace, &options()).unwrap()));
+    let opts = options(&trace);
+    g.bench_function("model_replay", |b| b.iter(|| model_replay(&trace, &opts).unwrap()));
     g.bench_function("oracle_replay", |b| b.iter(|| oracle_replay(&trace, &AllocatorConfig::pytorch_default(), 0).unwrap()));
     g.finish();
 }
@@ -43,7 +42,8 @@ fn synthetic(c: &mut Criterion) {
     let mut g = c.benchmark_group("synthetic_5M");
     g.sample_size(10);
     g.throughput(Throughput::Elements(trace.events.len() as u64));
-    g.bench_function("model_replay", |b| b.iter(|| model_replay(&trace, &options()).unwrap()));
+    let opts = options(&trace);
+    g.bench_function("model_replay", |b| b.iter(|| model_replay(&trace, &opts).unwrap()));
     g.bench_function("oracle_replay", |b| b.iter(|| oracle_replay(&trace, &AllocatorConfig::pytorch_default(), 0).unwrap()));
     g.finish();
 }

@@ -16,6 +16,11 @@
 //!   ladder (see `releases`), which the model repeats by itself when the
 //!   device refuses memory.
 //! - An `oom` is the failed request, asked again.
+//!
+//! Where the entries alone are ambiguous, the driver judges against its
+//! model. That is sound only while the model is PyTorch, under the recorded
+//! settings (`verify`'s pass); the judgements are kept as a [`Reading`],
+//! which replays under other settings follow.
 
 use crate::releases::{is_empty_cache_call, is_segment_event, ReleaseRun};
 use crate::AddrMap;
@@ -36,11 +41,38 @@ pub(crate) enum Step {
     Other,
 }
 
+/// How a trace is read where its entries alone are ambiguous: which runs
+/// of releases were `empty_cache()` calls, which `free_completed` entries
+/// a synchronisation emitted, and which blocks freed at once were held
+/// until the next request's synchronisation. Judged once against a model
+/// under the recorded settings (the pass `verify` makes, where the model
+/// is PyTorch), then followed as is under any other settings: a user's
+/// `empty_cache()` call stays a call whatever the settings.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reading {
+    /// Entry indices of the release runs that were `empty_cache()` calls.
+    calls: Vec<usize>,
+    /// Per entry: a `free_completed` a synchronisation emitted.
+    by_sync: Vec<bool>,
+    /// Entry indices of `free_requested` entries, directly followed by their
+    /// `free_completed`, whose block was held until a synchronisation.
+    held_pairs: Vec<usize>,
+}
+
+impl Reading {
+    /// How many release runs were read as `empty_cache()` calls.
+    pub fn empty_cache_calls(&self) -> usize {
+        self.calls.len()
+    }
+}
+
 pub(crate) struct Driver<'a> {
     events: &'a [TraceEntry],
     runs: Vec<(usize, ReleaseRun)>,
-    /// `free_completed` entries the model's own synchronisation accounts for.
-    by_sync: Vec<bool>,
+    /// The reading so far (being judged) or the one to follow.
+    reading: Reading,
+    /// Follow `reading` instead of judging.
+    following: bool,
     /// Recorded address -> model address (`None`: the model failed it).
     addr: AddrMap<Option<u64>>,
     /// Held blocks: recorded address -> the stream of their pending event.
@@ -86,7 +118,28 @@ impl<'a> Driver<'a> {
                 by_sync[k] = true;
             }
         }
-        Driver { events, runs, by_sync, addr: AddrMap::default(), holds: AddrMap::default(), overdue: Vec::new(), next_hold: 0 }
+        let reading = Reading { calls: Vec::new(), by_sync, held_pairs: Vec::new() };
+        Driver {
+            events,
+            runs,
+            reading,
+            following: false,
+            addr: AddrMap::default(),
+            holds: AddrMap::default(),
+            overdue: Vec::new(),
+            next_hold: 0,
+        }
+    }
+
+    /// A driver that follows `reading` (made by a judging driver over the
+    /// same entries) instead of judging against its own model.
+    pub fn following(events: &'a [TraceEntry], runs: Vec<(usize, ReleaseRun)>, reading: Reading) -> Driver<'a> {
+        Driver { reading, following: true, ..Driver::new(events, runs) }
+    }
+
+    /// The reading this driver judged (or followed).
+    pub fn into_reading(self) -> Reading {
+        self.reading
     }
 
     fn model_addr(&self, recorded: u64) -> Option<u64> {
@@ -112,9 +165,17 @@ impl<'a> Driver<'a> {
             TraceAction::FreeRequested => {
                 let Some(p) = self.model_addr(e.addr) else { return Step::Other };
                 let next = self.events.get(i + 1);
-                let immediate = next.is_some_and(|n| n.action == TraceAction::FreeCompleted && n.addr == e.addr)
-                    && !self.freed_by_ladder_sync(model, i, DeviceAddr(p));
-                if !immediate {
+                let pair = next.is_some_and(|n| n.action == TraceAction::FreeCompleted && n.addr == e.addr);
+                let held_pair = pair
+                    && if self.following {
+                        self.reading.held_pairs.binary_search(&i).is_ok()
+                    } else {
+                        self.freed_by_ladder_sync(model, i, DeviceAddr(p))
+                    };
+                if held_pair && !self.following {
+                    self.reading.held_pairs.push(i);
+                }
+                if !pair || held_pair {
                     let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
                     self.next_hold += 1;
                     if model.record_stream(DeviceAddr(p), stream).is_ok() {
@@ -125,11 +186,12 @@ impl<'a> Driver<'a> {
                 Step::Other
             }
             TraceAction::FreeCompleted => {
-                if self.by_sync[i] && (i == 0 || self.events[i - 1].action != TraceAction::FreeCompleted) {
+                let run_start = i == 0 || self.events[i - 1].action != TraceAction::FreeCompleted;
+                if !self.following && self.reading.by_sync[i] && run_start {
                     self.check_sync_run(model, i);
                 }
                 if let Some(stream) = self.holds.remove(&e.addr) {
-                    if self.by_sync[i] {
+                    if self.reading.by_sync[i] {
                         self.overdue.push(stream);
                     } else {
                         model.device_mut().complete_stream(stream);
@@ -151,7 +213,15 @@ impl<'a> Driver<'a> {
                 Step::Other
             }
             TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
-                let call = is_empty_cache_call(&self.runs, self.events, i, model, !self.holds.is_empty());
+                let call = if self.following {
+                    self.reading.calls.binary_search(&i).is_ok()
+                } else {
+                    let call = is_empty_cache_call(&self.runs, self.events, i, model, !self.holds.is_empty());
+                    if call {
+                        self.reading.calls.push(i);
+                    }
+                    call
+                };
                 if call {
                     model.empty_cache();
                 }
@@ -200,7 +270,7 @@ impl<'a> Driver<'a> {
             releases == plan
         };
         if !synchronised {
-            self.by_sync[i..end].fill(false);
+            self.reading.by_sync[i..end].fill(false);
         }
     }
 
@@ -211,7 +281,7 @@ impl<'a> Driver<'a> {
     /// It was held if freeing it would have served that request from the
     /// cache: a plain free there would have left no ladder to record.
     fn freed_by_ladder_sync(&self, model: &CachingAllocator<SimDevice>, i: usize, p: DeviceAddr) -> bool {
-        if !self.by_sync.get(i + 1).copied().unwrap_or(false) {
+        if !self.reading.by_sync.get(i + 1).copied().unwrap_or(false) {
             return false;
         }
         let request = self.events[i + 2..].iter().find(|e| !is_segment_event(e));

@@ -32,6 +32,7 @@ pub mod tune;
 pub mod verify;
 pub mod window;
 
+pub use drive::Reading;
 pub use metrics::{stats_from_segments, Metrics, Sample};
 pub use model::{model_replay, model_replay_at_peak, ModelOptions, PeakState};
 pub use oracle::oracle_replay;

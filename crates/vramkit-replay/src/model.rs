@@ -6,7 +6,8 @@
 //! allocation order, so results never depend on an arbitrary base.
 
 use crate::metrics::{LowerBound, Metrics, Sample, Timeline};
-use crate::drive::{Driver, Step};
+use crate::drive::{Driver, Reading, Step};
+use std::sync::Arc;
 use crate::releases::classify_with_capacity;
 use crate::trace::DeviceTrace;
 use crate::verify::start_model;
@@ -30,6 +31,10 @@ pub struct ModelOptions {
     pub recorded_capacity_bytes: Option<u64>,
     /// Timeline points to keep (0: none).
     pub timeline_points: usize,
+    /// How to read the trace (see [`Reading`]); `None`: judged first by a
+    /// pass under the recorded settings ([`crate::verify::reading`]). Give
+    /// it when replaying one trace many times.
+    pub reading: Option<Arc<Reading>>,
 }
 
 impl ModelOptions {
@@ -37,7 +42,7 @@ impl ModelOptions {
     /// `capacity_bytes`, no recorded capacity, no timeline. `tune` evaluates
     /// every candidate with these, so its figures are the ones `replay` prints.
     pub fn for_conf(config: AllocatorConfig, recorded: AllocatorConfig, capacity_bytes: Option<u64>) -> ModelOptions {
-        ModelOptions { config, recorded, capacity_bytes, recorded_capacity_bytes: None, timeline_points: 0 }
+        ModelOptions { config, recorded, capacity_bytes, recorded_capacity_bytes: None, timeline_points: 0, reading: None }
     }
 }
 
@@ -85,7 +90,11 @@ fn run(trace: &DeviceTrace, options: &ModelOptions, keep_peak: bool) -> Result<(
 
     let mut m = Metrics { events: trace.events.len() as u64, ..Metrics::default() };
     let mut timeline = Timeline::new(m.events, options.timeline_points);
-    let mut driver = Driver::new(&trace.events, runs);
+    let reading = match &options.reading {
+        Some(r) => Reading::clone(r),
+        None => crate::verify::reading(trace, &options.recorded, options.recorded_capacity_bytes)?,
+    };
+    let mut driver = Driver::following(&trace.events, runs, reading);
     driver.adopt_pending(&mut model);
     let mut live_requested: AddrMap<u64> = AddrMap::default();
     let mut failed: AddrMap<()> = AddrMap::default();

@@ -18,11 +18,13 @@
 //! Several traces (one per rank) are tuned against the same candidates, and
 //! the candidate whose worst trace is best is named for the whole job.
 
+use crate::drive::Reading;
 use crate::model::{model_replay, ModelOptions};
 use crate::trace::DeviceTrace;
 use crate::ReplayError;
 use rayon::prelude::*;
 use std::fmt;
+use std::sync::Arc;
 use vramkit_core::rounding::{get_allocation_size, round_size};
 use vramkit_core::{format_size, AllocatorConfig, TraceAction};
 
@@ -314,13 +316,23 @@ pub fn tune_candidates(
     }
     cands.extend(given.iter().cloned());
 
+    // Each trace is read once, under its recorded settings; every candidate follows that reading.
+    let readings: Vec<Result<Arc<Reading>, ReplayError>> = inputs
+        .par_iter()
+        .map(|input| crate::verify::reading(input.trace, &input.recorded, None).map(Arc::new))
+        .collect();
     let pairs: Vec<(usize, usize)> = (0..inputs.len()).flat_map(|i| (0..cands.len()).map(move |c| (i, c))).collect();
     let replayed: Vec<Result<crate::Metrics, ReplayError>> = pairs
         .par_iter()
         .map(|&(i, c)| {
             let input = &inputs[i];
-            let options = ModelOptions::for_conf(cands[c].config.clone(), input.recorded.clone(), input.capacity_bytes);
-            let result = model_replay(input.trace, &options);
+            let result = readings[i].clone().and_then(|reading| {
+                let options = ModelOptions {
+                    reading: Some(reading),
+                    ..ModelOptions::for_conf(cands[c].config.clone(), input.recorded.clone(), input.capacity_bytes)
+                };
+                model_replay(input.trace, &options)
+            });
             progress();
             result
         })

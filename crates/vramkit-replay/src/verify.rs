@@ -6,7 +6,7 @@
 //! address of every `alloc`, the sequence of segment events, and the end
 //! state (every block's address, size and state).
 
-use crate::drive::{Driver, Step};
+use crate::drive::{Driver, Reading, Step};
 use crate::releases::classify_with_capacity;
 use crate::trace::DeviceTrace;
 use crate::window::{rebuild_start, StartState};
@@ -104,6 +104,22 @@ pub fn verify_with_capacity(
     config: &AllocatorConfig,
     capacity_bytes: Option<u64>,
 ) -> Result<VerifyReport, ReplayError> {
+    recorded_pass(trace, config, capacity_bytes).map(|(report, _)| report)
+}
+
+/// How the trace reads under its recorded settings `recorded` (and the
+/// recorded device capacity, if known): what replays under other settings
+/// follow. See [`Reading`].
+pub fn reading(trace: &DeviceTrace, recorded: &AllocatorConfig, capacity_bytes: Option<u64>) -> Result<Reading, ReplayError> {
+    recorded_pass(trace, recorded, capacity_bytes).map(|(_, reading)| reading)
+}
+
+/// The replay under the recorded settings: the verify report, and the reading it judged.
+fn recorded_pass(
+    trace: &DeviceTrace,
+    config: &AllocatorConfig,
+    capacity_bytes: Option<u64>,
+) -> Result<(VerifyReport, Reading), ReplayError> {
     let start = rebuild_start(trace, config)?;
     let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
     let (runs, inferred) = classify_with_capacity(&trace.events, start_reserved, config, capacity_bytes);
@@ -151,6 +167,7 @@ pub fn verify_with_capacity(
         }
     }
     driver.finish(&mut model, &start.cut_frees);
+    let reading = driver.into_reading();
 
     let recorded: Vec<(TraceAction, u64, u64)> = segment_events(events.iter());
     let snap = model.snapshot();
@@ -182,7 +199,7 @@ pub fn verify_with_capacity(
             context: Vec::new(),
         });
     }
-    Ok(VerifyReport {
+    let report = VerifyReport {
         device: trace.device,
         alloc_events,
         placed_same,
@@ -195,7 +212,8 @@ pub fn verify_with_capacity(
         inferred_capacity_bytes: inferred,
         first_divergence,
         segment_divergence,
-    })
+    };
+    Ok((report, reading))
 }
 
 /// An allocator in the start state, on `device` holding the start segments.

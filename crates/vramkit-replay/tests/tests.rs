@@ -1,3 +1,4 @@
 //! Integration tests of vramkit-replay.
 
 mod selfcheck;
+mod whatif;

@@ -91,9 +91,11 @@ pub struct Report {
 /// Runs the replays the page draws and collects the rest.
 pub fn build(input: &ReportInput<'_>) -> Result<Report, ReplayError> {
     let trace = input.trace;
+    let reading = std::sync::Arc::new(crate::verify::reading(trace, &input.recorded, None)?);
     let replay = |conf: &str, config: AllocatorConfig| -> Result<Run, ReplayError> {
         let mut options = ModelOptions::for_conf(config, input.recorded.clone(), input.capacity_bytes);
         options.timeline_points = TIMELINE_POINTS;
+        options.reading = Some(reading.clone());
         let (metrics, peak) = model_replay_at_peak(trace, &options)?;
         Ok(Run { conf: conf.to_string(), metrics, peak })
     };
