@@ -676,6 +676,8 @@ fn what_if_queries_change_nothing() {
     assert!(!a.fits_in_cache_after_free(DeviceAddr(p.0 + 1), 1, S0));
     // empty_cache() keeps segments with live blocks.
     assert!(!a.fits_in_cache_after_empty_cache(35 * MIB, S0));
+    assert_eq!(a.cache_address_after_empty_cache(35 * MIB, S0), None);
+    assert_eq!(a.cache_address_after_empty_cache(5 * MIB, S0), Some(DeviceAddr(p.0 + 30 * MIB)));
     assert_eq!(state(&a), before);
     assert_ne!(a.malloc(35 * MIB, S0).unwrap(), p, "p is still allocated: a new segment");
 }

@@ -6,7 +6,7 @@
 //! only if that allocation's acquire and `alloc`, or an `oom`, follow it;
 //! any other run is an `empty_cache()` call.
 
-use vramkit_core::{CachingAllocator, StreamId, TraceAction, TraceEntry};
+use vramkit_core::{CachingAllocator, DeviceAddr, StreamId, TraceAction, TraceEntry};
 use vramkit_sim::SimDevice;
 
 /// What a run of releases was.
@@ -91,8 +91,15 @@ pub fn is_empty_cache_call(
     if recorded != model.empty_cache_plan() {
         return false;
     }
-    let ladder = runs[k].1 == ReleaseRun::RetryLadder;
-    !(ladder && request.is_some_and(|r| model.fits_in_cache_after_empty_cache(r.size, StreamId(r.stream))))
+    if runs[k].1 == ReleaseRun::RetryLadder {
+        return !request.is_some_and(|r| model.fits_in_cache_after_empty_cache(r.size, StreamId(r.stream)));
+    }
+    // A request right after the run, with no new memory: after a call the
+    // cache served it, by best fit. Elsewhere, it was the ladder's (an
+    // expandable segment's free end grows, or a targeted release made room).
+    let served_directly = events.get(start + recorded.len()).is_some_and(|e| e.action == TraceAction::Alloc);
+    !(served_directly
+        && request.is_some_and(|r| model.cache_address_after_empty_cache(r.size, StreamId(r.stream)) != Some(DeviceAddr(r.addr))))
 }
 
 /// A segment event: a new or released segment, or pages mapped or unmapped.

@@ -109,7 +109,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// The block `get_free_block` would take, without taking it.
-    fn find_free_block(&self, params: &AllocParams) -> Option<FreeEntry> {
+    pub(crate) fn find_free_block(&self, params: &AllocParams) -> Option<FreeEntry> {
         let pool = &self.pools[params.pool.0 as usize];
         let mut found = pool.blocks.lower_bound(params.stream, params.size)?;
         if self.blocks[found.id].expandable.is_some() {

@@ -115,6 +115,15 @@ impl<D: Device> CachingAllocator<D> {
         self.after_empty_cache().0.fits_in_cache(size, stream)
     }
 
+    /// The address the cache would serve `malloc(size, stream)` at right
+    /// after an `empty_cache()`; `None` when it would need the device.
+    /// Changes nothing.
+    pub fn cache_address_after_empty_cache(&self, size: u64, stream: StreamId) -> Option<DeviceAddr> {
+        let copy = self.after_empty_cache().0;
+        let params = copy.alloc_params(size, stream);
+        copy.find_free_block(&params).map(|found| DeviceAddr(found.addr))
+    }
+
     /// A copy after `empty_cache()`, and what it released.
     fn after_empty_cache(&self) -> (CachingAllocator<WhatIfDevice>, Vec<(crate::snapshot::TraceAction, u64, u64)>) {
         let info = self.device.mem_get_info();
