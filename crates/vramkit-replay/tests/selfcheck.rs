@@ -20,6 +20,7 @@ fn size(rng: &mut XorShift) -> u64 {
 
 /// Runs a random program and returns its snapshot.
 fn record(conf: &str, seed: u64, ops: usize, capacity: u64, max_entries: usize, streams: u64, record_streams: bool) -> (Snapshot, AllocatorConfig) {
+    crate::without_invariant_checks();
     let config = AllocatorConfig::parse(conf).unwrap();
     let device = SimDevice::new(capacity).with_event_mode(EventMode::Manual);
     let mut a = CachingAllocator::new(device, config.clone());
