@@ -104,14 +104,25 @@ pub fn verify_with_capacity(
     config: &AllocatorConfig,
     capacity_bytes: Option<u64>,
 ) -> Result<VerifyReport, ReplayError> {
-    recorded_pass(trace, config, capacity_bytes).map(|(report, _)| report)
+    let (report, _) = recorded_pass(trace, config, capacity_bytes, Compare::All)?;
+    Ok(report)
 }
 
 /// How the trace reads under its recorded settings `recorded` (and the
 /// recorded device capacity, if known): what replays under other settings
 /// follow. See [`Reading`].
 pub fn reading(trace: &DeviceTrace, recorded: &AllocatorConfig, capacity_bytes: Option<u64>) -> Result<Reading, ReplayError> {
-    recorded_pass(trace, recorded, capacity_bytes).map(|(_, reading)| reading)
+    recorded_pass(trace, recorded, capacity_bytes, Compare::Placements).map(|(_, reading)| reading)
+}
+
+/// What [`recorded_pass`] compares with the trace.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Compare {
+    /// Placements, segment events and the end state (`verify`).
+    All,
+    /// Placements and the end state: no history is kept, so no segment
+    /// events are compared (for [`reading`], which needs none of it).
+    Placements,
 }
 
 /// The replay under the recorded settings: the verify report, and the reading it judged.
@@ -119,6 +130,7 @@ fn recorded_pass(
     trace: &DeviceTrace,
     config: &AllocatorConfig,
     capacity_bytes: Option<u64>,
+    compare: Compare,
 ) -> Result<(VerifyReport, Reading), ReplayError> {
     let start = rebuild_start(trace, config)?;
     let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
@@ -131,7 +143,9 @@ fn recorded_pass(
         device = device.with_total_bytes(u64::MAX);
     }
     let mut model = start_model(&start, config, device)?;
-    model.record_history(Some(HistoryConfig { record_trace: true, max_entries: usize::MAX, context: vramkit_core::ContextLevel::Never }));
+    if compare == Compare::All {
+        model.record_history(Some(HistoryConfig { record_trace: true, max_entries: usize::MAX, context: vramkit_core::ContextLevel::Never }));
+    }
 
     let events = &trace.events;
     let mut driver = Driver::new(events, runs);
@@ -169,9 +183,10 @@ fn recorded_pass(
     driver.finish(&mut model, &start.cut_frees);
     let reading = driver.into_reading();
 
-    let recorded: Vec<(TraceAction, u64, u64)> = segment_events(events.iter());
-    let snap = model.snapshot();
-    let predicted: Vec<(TraceAction, u64, u64)> = segment_events(snap.device_traces.iter().flatten());
+    let (recorded, predicted): (Vec<(TraceAction, u64, u64)>, Vec<(TraceAction, u64, u64)>) = match compare {
+        Compare::All => (segment_events(events.iter()), segment_events(model.snapshot().device_traces.iter().flatten())),
+        Compare::Placements => (Vec::new(), Vec::new()),
+    };
     let segment_events_identical = recorded == predicted;
     let mut segment_divergence = None;
     if !segment_events_identical {
