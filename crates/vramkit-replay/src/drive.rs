@@ -284,7 +284,11 @@ impl<'a> Driver<'a> {
         if !self.reading.by_sync.get(i + 1).copied().unwrap_or(false) {
             return false;
         }
-        let request = self.events[i + 2..].iter().find(|e| !is_segment_event(e));
+        // Past the rest of the synchronisation's `free_completed` run and the releases.
+        let request = self.events[i + 2..]
+            .iter()
+            .skip_while(|e| e.action == TraceAction::FreeCompleted)
+            .find(|e| !is_segment_event(e));
         match request {
             Some(r) if matches!(r.action, TraceAction::Alloc | TraceAction::Oom) => {
                 model.fits_in_cache_after_free(p, r.size, StreamId(r.stream))
