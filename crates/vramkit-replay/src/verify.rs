@@ -183,7 +183,7 @@ fn recorded_pass(
     driver.finish(&mut model, &start.cut_frees);
     let reading = driver.into_reading();
 
-    let (recorded, predicted): (Vec<(TraceAction, u64, u64)>, Vec<(TraceAction, u64, u64)>) = match compare {
+    let (recorded, predicted): (Vec<SegmentEvent>, Vec<SegmentEvent>) = match compare {
         Compare::All => (segment_events(events.iter()), segment_events(model.snapshot().device_traces.iter().flatten())),
         Compare::Placements => (Vec::new(), Vec::new()),
     };
@@ -243,7 +243,10 @@ pub(crate) fn start_model(
     Ok(CachingAllocator::restore(device, config.clone(), &start.segments)?)
 }
 
-fn segment_events<'a>(entries: impl Iterator<Item = &'a TraceEntry>) -> Vec<(TraceAction, u64, u64)> {
+/// A segment event as compared: (action, address, bytes).
+type SegmentEvent = (TraceAction, u64, u64);
+
+fn segment_events<'a>(entries: impl Iterator<Item = &'a TraceEntry>) -> Vec<SegmentEvent> {
     entries
         .filter(|e| matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentFree | TraceAction::SegmentMap | TraceAction::SegmentUnmap))
         .map(|e| (e.action, e.addr, e.size))

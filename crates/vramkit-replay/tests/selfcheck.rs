@@ -18,8 +18,19 @@ fn size(rng: &mut XorShift) -> u64 {
     }
 }
 
+/// Where the recording of a program starts.
+#[derive(Clone, Copy, PartialEq)]
+enum Start {
+    /// A third of the way in (a window), except where the settings need
+    /// the whole history: garbage collection and expandable segments.
+    Usual,
+    /// At the first operation.
+    Process,
+}
+
 /// Runs a random program and returns its snapshot.
-fn record(conf: &str, seed: u64, ops: usize, capacity: u64, max_entries: usize, streams: u64, record_streams: bool) -> (Snapshot, AllocatorConfig) {
+#[allow(clippy::too_many_arguments)] // the program's knobs, each used by some preset
+fn record(conf: &str, seed: u64, ops: usize, capacity: u64, max_entries: usize, streams: u64, record_streams: bool, start: Start) -> (Snapshot, AllocatorConfig) {
     crate::without_invariant_checks();
     let config = AllocatorConfig::parse(conf).unwrap();
     let device = SimDevice::new(capacity).with_event_mode(EventMode::Manual);
@@ -31,7 +42,8 @@ fn record(conf: &str, seed: u64, ops: usize, capacity: u64, max_entries: usize, 
         // Garbage collection depends on block ages the trace does not
         // record, so those traces start with the process.
         // Expandable traces must show where each reservation begins.
-        let from = if config.garbage_collection_threshold > 0.0 || config.expandable_segments { 0 } else { ops / 3 };
+        let whole = start == Start::Process || config.garbage_collection_threshold > 0.0 || config.expandable_segments;
+        let from = if whole { 0 } else { ops / 3 };
         if !recording && i >= from {
             a.record_history(Some(HistoryConfig { max_entries, ..HistoryConfig::default() }));
             recording = true;
@@ -59,7 +71,11 @@ fn record(conf: &str, seed: u64, ops: usize, capacity: u64, max_entries: usize, 
 }
 
 fn check(conf: &str, seed: u64, capacity: u64, max_entries: usize, streams: u64, record_streams: bool) {
-    let (snap, config) = record(conf, seed, 1500, capacity, max_entries, streams, record_streams);
+    check_from(conf, seed, capacity, max_entries, streams, record_streams, Start::Usual)
+}
+
+fn check_from(conf: &str, seed: u64, capacity: u64, max_entries: usize, streams: u64, record_streams: bool, start: Start) {
+    let (snap, config) = record(conf, seed, 1500, capacity, max_entries, streams, record_streams, start);
     for trace in DeviceTrace::split(&snap) {
         let known = (capacity != u64::MAX).then_some(capacity);
         let report = vramkit_replay::verify_with_capacity(&trace, &config, known).unwrap_or_else(|e| panic!("{conf} seed {seed}: {e}"));
@@ -126,7 +142,19 @@ selfcheck! {
 
 /// Seeds of `check` that do not verify exactly, out of `seeds`.
 fn failing(conf: &str, seeds: std::ops::RangeInclusive<u64>, capacity: u64, window: usize, streams: u64, rs: bool) -> Vec<u64> {
-    seeds.filter(|&seed| std::panic::catch_unwind(|| check(conf, seed, capacity, window, streams, rs)).is_err()).collect()
+    failing_from(conf, seeds, capacity, window, streams, rs, Start::Usual)
+}
+
+fn failing_from(
+    conf: &str,
+    seeds: std::ops::RangeInclusive<u64>,
+    capacity: u64,
+    window: usize,
+    streams: u64,
+    rs: bool,
+    start: Start,
+) -> Vec<u64> {
+    seeds.filter(|&seed| std::panic::catch_unwind(|| check_from(conf, seed, capacity, window, streams, rs, start)).is_err()).collect()
 }
 
 /// With refusals, a block live at the window start whose tail the trace
@@ -188,6 +216,11 @@ fn refusals_under_every_setting() {
         let bad = failing(conf, 1..=100, capacity, usize::MAX, streams, rs);
         if bad.len() > most {
             report.push(format!("{conf:?} (record_stream {rs}): {} of 100 diverge, at most {most}: {bad:?}", bad.len()));
+        }
+        // Recorded from the process start, no block tail is unknown.
+        let bad = failing_from(conf, 1..=100, capacity, usize::MAX, streams, rs, Start::Process);
+        if !bad.is_empty() {
+            report.push(format!("{conf:?} (record_stream {rs}), recorded from the start: {} of 100 diverge: {bad:?}", bad.len()));
         }
     }
     assert!(report.is_empty(), "{}", report.join("\n"));
