@@ -13,8 +13,9 @@
 //!   directly before such a run is a held block too when freeing it would
 //!   have served the request that follows: then there would be no run.
 //! - A run of releases is an `empty_cache()` call unless it is a retry
-//!   ladder (see `releases`), which the model repeats by itself when the
-//!   device refuses memory.
+//!   ladder (see `releases`), which the model repeats by itself when its
+//!   device refuses memory. Where the model is PyTorch (the recorded
+//!   settings), a ladder's last stage is replayed as the release it is.
 //! - An `oom` is the failed request, asked again.
 //!
 //! Where the entries alone are ambiguous, the driver judges against its
@@ -22,7 +23,8 @@
 //! settings (`verify`'s pass); the judgements are kept as a [`Reading`],
 //! which replays under other settings follow.
 
-use crate::releases::{is_empty_cache_call, is_segment_event, ReleaseRun};
+use crate::releases::{is_segment_event, replay_as_empty_cache, ReleaseRun};
+use std::borrow::Cow;
 use crate::AddrMap;
 use vramkit_core::{CachingAllocator, DeviceAddr, Error, StreamId, TraceAction, TraceEntry};
 use vramkit_sim::SimDevice;
@@ -42,14 +44,20 @@ pub(crate) enum Step {
 }
 
 /// How a trace is read where its entries alone are ambiguous: which runs
-/// of releases were `empty_cache()` calls, which `free_completed` entries
-/// a synchronisation emitted, and which blocks freed at once were held
-/// until the next request's synchronisation. Judged once against a model
-/// under the recorded settings (the pass `verify` makes, where the model
-/// is PyTorch), then followed as is under any other settings: a user's
-/// `empty_cache()` call stays a call whatever the settings.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// of releases were the user's `empty_cache()` calls, which
+/// `free_completed` entries a synchronisation emitted (PyTorch's
+/// `synchronize_and_free_events`, in `empty_cache()` or the retry ladder's
+/// `release_cached_blocks`), and which blocks freed at once had in fact
+/// waited on events (`record_stream`) until the next request's
+/// synchronisation. Judged once against a model under the recorded
+/// settings (the pass `verify` makes, where the model is PyTorch), then
+/// followed as is under any other settings: a user's `empty_cache()` call
+/// stays a call whatever the settings, while a retry ladder's releases are
+/// left to the model's own ladder, which runs only if its device refuses.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Reading {
+    /// Entries in the trace this reading is of.
+    entries: usize,
     /// Entry indices of the release runs that were `empty_cache()` calls.
     calls: Vec<usize>,
     /// Per entry: a `free_completed` a synchronisation emitted.
@@ -60,6 +68,11 @@ pub struct Reading {
 }
 
 impl Reading {
+    /// Entries of the trace this reading is of.
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
     /// How many release runs were read as `empty_cache()` calls.
     pub fn empty_cache_calls(&self) -> usize {
         self.calls.len()
@@ -70,7 +83,7 @@ pub(crate) struct Driver<'a> {
     events: &'a [TraceEntry],
     runs: Vec<(usize, ReleaseRun)>,
     /// The reading so far (being judged) or the one to follow.
-    reading: Reading,
+    reading: Cow<'a, Reading>,
     /// Follow `reading` instead of judging.
     following: bool,
     /// Recorded address -> model address (`None`: the model failed it).
@@ -118,7 +131,7 @@ impl<'a> Driver<'a> {
                 by_sync[k] = true;
             }
         }
-        let reading = Reading { calls: Vec::new(), by_sync, held_pairs: Vec::new() };
+        let reading = Cow::Owned(Reading { entries: events.len(), calls: Vec::new(), by_sync, held_pairs: Vec::new() });
         Driver {
             events,
             runs,
@@ -133,13 +146,23 @@ impl<'a> Driver<'a> {
 
     /// A driver that follows `reading` (made by a judging driver over the
     /// same entries) instead of judging against its own model.
-    pub fn following(events: &'a [TraceEntry], runs: Vec<(usize, ReleaseRun)>, reading: Reading) -> Driver<'a> {
-        Driver { reading, following: true, ..Driver::new(events, runs) }
+    /// `None` when `reading` is of another trace (another number of entries).
+    pub fn following(events: &'a [TraceEntry], reading: &'a Reading) -> Option<Driver<'a>> {
+        (reading.entries == events.len() && reading.by_sync.len() == events.len()).then(|| Driver {
+            events,
+            runs: Vec::new(),
+            reading: Cow::Borrowed(reading),
+            following: true,
+            addr: AddrMap::default(),
+            holds: AddrMap::default(),
+            overdue: Vec::new(),
+            next_hold: 0,
+        })
     }
 
     /// The reading this driver judged (or followed).
     pub fn into_reading(self) -> Reading {
-        self.reading
+        self.reading.into_owned()
     }
 
     fn model_addr(&self, recorded: u64) -> Option<u64> {
@@ -173,7 +196,7 @@ impl<'a> Driver<'a> {
                         self.freed_by_ladder_sync(model, i, DeviceAddr(p))
                     };
                 if held_pair && !self.following {
-                    self.reading.held_pairs.push(i);
+                    self.reading.to_mut().held_pairs.push(i);
                 }
                 if !pair || held_pair {
                     let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
@@ -216,9 +239,13 @@ impl<'a> Driver<'a> {
                 let call = if self.following {
                     self.reading.calls.binary_search(&i).is_ok()
                 } else {
-                    let call = is_empty_cache_call(&self.runs, self.events, i, model, !self.holds.is_empty());
-                    if call {
-                        self.reading.calls.push(i);
+                    let call = replay_as_empty_cache(&self.runs, self.events, i, model, !self.holds.is_empty());
+                    // A retry ladder's last stage is replayed as a release
+                    // here, where the model is PyTorch; under other settings
+                    // only the user's calls are forced.
+                    let users = self.runs.binary_search_by_key(&i, |r| r.0).is_ok_and(|k| self.runs[k].1 == ReleaseRun::EmptyCache);
+                    if call && users {
+                        self.reading.to_mut().calls.push(i);
                     }
                     call
                 };
@@ -270,7 +297,7 @@ impl<'a> Driver<'a> {
             releases == plan
         };
         if !synchronised {
-            self.reading.by_sync[i..end].fill(false);
+            self.reading.to_mut().by_sync[i..end].fill(false);
         }
     }
 

@@ -8,7 +8,6 @@
 use crate::metrics::{LowerBound, Metrics, Sample, Timeline};
 use crate::drive::{Driver, Reading, Step};
 use std::sync::Arc;
-use crate::releases::classify_with_capacity;
 use crate::trace::DeviceTrace;
 use crate::verify::start_model;
 use crate::window::rebuild_start;
@@ -76,8 +75,6 @@ fn run(trace: &DeviceTrace, options: &ModelOptions, keep_peak: bool) -> Result<(
         .max()
         .unwrap_or(0);
     let base = (top + SimDevice::DEFAULT_GRANULARITY).next_multiple_of(SimDevice::DEFAULT_GRANULARITY);
-    let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
-    let (runs, _) = classify_with_capacity(&trace.events, start_reserved, &options.recorded, options.recorded_capacity_bytes);
     let device = SimDevice::new(options.capacity_bytes.unwrap_or(u64::MAX))
         .with_base_address(base)
         .with_event_mode(vramkit_sim::EventMode::Manual);
@@ -90,11 +87,21 @@ fn run(trace: &DeviceTrace, options: &ModelOptions, keep_peak: bool) -> Result<(
 
     let mut m = Metrics { events: trace.events.len() as u64, ..Metrics::default() };
     let mut timeline = Timeline::new(m.events, options.timeline_points);
-    let reading = match &options.reading {
-        Some(r) => Reading::clone(r),
-        None => crate::verify::reading(trace, &options.recorded, options.recorded_capacity_bytes)?,
+    let judged;
+    let reading: &Reading = match &options.reading {
+        Some(r) => r,
+        None => {
+            judged = crate::verify::reading(trace, &options.recorded, options.recorded_capacity_bytes)?;
+            &judged
+        }
     };
-    let mut driver = Driver::following(&trace.events, runs, reading);
+    let mut driver = Driver::following(&trace.events, reading).ok_or_else(|| {
+        ReplayError::Model(format!(
+            "the reading given in ModelOptions is of another trace ({} entries, this one has {}); make it with verify::reading for this trace",
+            reading.entries(),
+            trace.events.len()
+        ))
+    })?;
     driver.adopt_pending(&mut model);
     let mut live_requested: AddrMap<u64> = AddrMap::default();
     let mut failed: AddrMap<()> = AddrMap::default();

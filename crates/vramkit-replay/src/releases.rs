@@ -1,10 +1,13 @@
 //! Telling `empty_cache()` calls from the retry ladder, and the device
 //! capacity a trace implies (spec 13, item 5).
 //!
-//! Neither is recorded: both show up as runs of `segment_free` entries. A
-//! run belongs to an allocation's retry ladder (a `cudaMalloc` was refused)
-//! only if that allocation's acquire and `alloc`, or an `oom`, follow it;
-//! any other run is an `empty_cache()` call.
+//! Neither is recorded: both show up as runs of `segment_free` (or
+//! `segment_unmap`) entries. First by what follows: a run belongs to an
+//! allocation's retry ladder (a `cudaMalloc` was refused) only if that
+//! allocation's acquire and `alloc`, or an `oom`, follow it, and the
+//! device could have refused; any other run is a call (or garbage
+//! collection). Then [`replay_as_empty_cache`] judges each run against a
+//! model under the recorded settings.
 
 use vramkit_core::{CachingAllocator, DeviceAddr, StreamId, TraceAction, TraceEntry};
 use vramkit_sim::SimDevice;
@@ -12,7 +15,8 @@ use vramkit_sim::SimDevice;
 /// What a run of releases was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReleaseRun {
-    /// The user called `empty_cache()` here.
+    /// Not a request's retry ladder: the user called `empty_cache()` here
+    /// (or garbage collection released, before a request that fit).
     EmptyCache,
     /// A refused `cudaMalloc` made the allocator release its cache.
     RetryLadder,
@@ -48,8 +52,10 @@ pub fn classify_release_runs(events: &[TraceEntry]) -> Vec<(usize, ReleaseRun)> 
     runs
 }
 
-/// Whether the user called `empty_cache()` at the run starting at `start`,
-/// judged from the model's state just before it.
+/// Whether to replay the run starting at `start` as `empty_cache()` (a
+/// user's call, or a retry ladder's last stage, `release_cached_blocks`,
+/// which releases the same), judged from the state just before it of a
+/// model under the recorded settings.
 ///
 /// The order of the releases decides first: a full release (`empty_cache()`,
 /// or the last stage of the ladder, which has the same effect) frees every
@@ -68,7 +74,7 @@ pub fn classify_release_runs(events: &[TraceEntry]) -> Vec<(usize, ReleaseRun)> 
 /// searched. So a "ladder" run whose request the cache could serve after
 /// `empty_cache()` is the ladder: after a call, that request would have
 /// been served from the cache, with no new segment and no `oom`.
-pub fn is_empty_cache_call(
+pub fn replay_as_empty_cache(
     runs: &[(usize, ReleaseRun)],
     events: &[TraceEntry],
     start: usize,

@@ -3,8 +3,10 @@
 //! and `empty_cache()` calls under new settings. What it cannot re-run is
 //! an `empty_cache()` call that released nothing under the recorded
 //! settings: PyTorch records nothing for it, though under other settings it
-//! might have released something (in these programs about half the calls;
-//! every call that released something is read as a call).
+//! might have released something (in these programs about half the calls).
+//! And with the recorded device's capacity unknown, a call right before a
+//! request that raises reserved memory to its highest level reads as that
+//! request's retry ladder, which only a refusing device repeats.
 
 use vramkit_core::{AllocatorConfig, CachingAllocator, DeviceAddr, HistoryConfig, StreamId};
 use vramkit_replay::{model_replay, DeviceTrace, ModelOptions};
@@ -14,6 +16,12 @@ const MIB: u64 = 1 << 20;
 
 /// A random program of mallocs, frees and `empty_cache()` calls.
 fn program(a: &mut CachingAllocator<SimDevice>, seed: u64) {
+    program_with(a, seed, true)
+}
+
+/// The program, with or without its `empty_cache()` calls; a request the
+/// device refuses is skipped.
+fn program_with(a: &mut CachingAllocator<SimDevice>, seed: u64, empty_cache_calls: bool) {
     crate::without_invariant_checks();
     let mut rng = XorShift::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut live: Vec<DeviceAddr> = Vec::new();
@@ -26,13 +34,15 @@ fn program(a: &mut CachingAllocator<SimDevice>, seed: u64) {
                     6..=8 => MIB + rng.below(40 * MIB),
                     _ => 40 * MIB + rng.below(200 * MIB),
                 };
-                live.push(a.malloc(size, StreamId(0)).expect("an unlimited device"));
+                if let Ok(p) = a.malloc(size, StreamId(0)) {
+                    live.push(p);
+                }
             }
             10..=16 if !live.is_empty() => {
                 let p = live.swap_remove(rng.below(live.len() as u64) as usize);
                 a.free(p).unwrap();
             }
-            18 if rng.below(3) == 0 => a.empty_cache(),
+            18 if empty_cache_calls && rng.below(3) == 0 => a.empty_cache(),
             _ => {}
         }
     }
@@ -71,4 +81,26 @@ fn what_if_peaks_follow_the_direct_run() {
     }
     let mean = errors.iter().sum::<f64>() / errors.len() as f64;
     assert!(mean < 0.03 && worst.0 < 0.10, "mean error {:.1}%, worst {:.1}% ({})", 100.0 * mean, 100.0 * worst.0, worst.1);
+}
+
+/// A retry ladder's releases are the recorded device's doing: on a device
+/// that does not refuse, a what-if replay releases nothing there. (Before,
+/// a ladder's last stage was read as an `empty_cache()` call and forced.)
+#[test]
+fn ladders_are_not_replayed_on_a_device_that_does_not_refuse() {
+    let recorded = AllocatorConfig::parse("").unwrap();
+    let mut ladders = 0;
+    for seed in 1..=6 {
+        let mut a = CachingAllocator::new(SimDevice::new(3500 * MIB), recorded.clone());
+        a.record_history(Some(HistoryConfig { max_entries: usize::MAX, ..HistoryConfig::default() }));
+        program_with(&mut a, seed, false);
+        ladders += a.stats().num_alloc_retries;
+        let trace = DeviceTrace::split(&a.snapshot()).remove(0);
+        for conf in ["", "max_split_size_mb:64"] {
+            let options = ModelOptions::for_conf(AllocatorConfig::parse(conf).unwrap(), recorded.clone(), None);
+            let m = model_replay(&trace, &options).unwrap();
+            assert_eq!((m.device_frees, m.oom_count), (0, 0), "seed {seed} {conf:?}: releases on an unlimited device");
+        }
+    }
+    assert!(ladders >= 20, "only {ladders} retry ladders in the recorded programs: the test needs refusals");
 }
