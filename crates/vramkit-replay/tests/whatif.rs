@@ -104,3 +104,22 @@ fn ladders_are_not_replayed_on_a_device_that_does_not_refuse() {
     }
     assert!(ladders >= 20, "only {ladders} retry ladders in the recorded programs: the test needs refusals");
 }
+
+/// A reading made for one trace, given with another, is an error, not a panic.
+#[test]
+fn a_reading_of_another_trace_is_refused() {
+    let recorded = AllocatorConfig::parse("").unwrap();
+    let trace_of = |seed| {
+        let mut a = CachingAllocator::new(SimDevice::unlimited(), recorded.clone());
+        a.record_history(Some(HistoryConfig { max_entries: usize::MAX, ..HistoryConfig::default() }));
+        program(&mut a, seed);
+        DeviceTrace::split(&a.snapshot()).remove(0)
+    };
+    let (one, other) = (trace_of(1), trace_of(2));
+    assert_ne!(one.events.len(), other.events.len());
+    let reading = vramkit_replay::verify::reading(&one, &recorded, None).unwrap();
+    let options = ModelOptions { reading: Some(std::sync::Arc::new(reading)), ..ModelOptions::for_conf(recorded.clone(), recorded.clone(), None) };
+    assert!(model_replay(&one, &options).is_ok());
+    let err = model_replay(&other, &options).unwrap_err().to_string();
+    assert!(err.contains("reading") && err.contains("another trace"), "{err}");
+}
