@@ -108,14 +108,15 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// A driver that judges the reading against its own model, which must
+    /// be under the recorded settings.
     pub fn new(events: &'a [TraceEntry], runs: Vec<(usize, ReleaseRun)>) -> Driver<'a> {
         // `free_completed` entries directly before a release, a new segment
-        // or an `oom` may come from the retry ladder's synchronisation, which
-        // runs after the cache search. Leaving them to the model's own
-        // synchronisation is right then, and changes nothing otherwise: had
-        // they been free at the search and fit, there would have been no
-        // new segment. Only entries directly before an `alloc` served from
-        // the cache are completed at once.
+        // or an `oom` may come from a synchronisation (`empty_cache()`, or
+        // the retry ladder's last stage, after the cache search); entries
+        // directly before an `alloc` served from the cache never do. The
+        // candidates are marked here; `check_sync_run` keeps a run only if
+        // it frees every held block and the full release follows.
         let mut by_sync = vec![false; events.len()];
         for (start, e) in events.iter().enumerate() {
             let ladder_sign = matches!(
