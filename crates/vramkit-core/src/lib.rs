@@ -16,7 +16,9 @@ pub mod snapshot;
 pub mod stats;
 pub mod summary;
 
-pub use allocator::{set_invariant_checks, AddrHasher, CachingAllocator, InvariantViolation, PoolError, RestoreError, StreamFilter};
+pub use allocator::{
+    set_invariant_checks, AddrHasher, AfterEmptyCache, CachingAllocator, InvariantViolation, PoolError, RestoreError, StreamFilter,
+};
 pub use config::{AllocatorConfig, ConfigError};
 pub use device::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
 pub use error::Error;

@@ -651,7 +651,7 @@ fn the_last_retry_does_not_search_the_blocks_its_synchronisation_freed() {
     a.record_stream(held, StreamId(9)).unwrap();
     a.free(held).unwrap();
     assert!(!a.fits_in_cache(30 * MIB, S0));
-    assert!(a.fits_in_cache_after_empty_cache(30 * MIB, S0), "empty_cache() synchronises first");
+    assert!(a.after_empty_cache().fits_in_cache(30 * MIB, S0), "empty_cache() synchronises first");
     assert!(a.malloc(30 * MIB, S0).is_err());
     // Now the block is free: the same request is served from the cache.
     assert_eq!(a.malloc(30 * MIB, S0).unwrap(), held);
@@ -675,9 +675,11 @@ fn what_if_queries_change_nothing() {
     // Not allocated: no.
     assert!(!a.fits_in_cache_after_free(DeviceAddr(p.0 + 1), 1, S0));
     // empty_cache() keeps segments with live blocks.
-    assert!(!a.fits_in_cache_after_empty_cache(35 * MIB, S0));
-    assert_eq!(a.cache_address_after_empty_cache(35 * MIB, S0), None);
-    assert_eq!(a.cache_address_after_empty_cache(5 * MIB, S0), Some(DeviceAddr(p.0 + 30 * MIB)));
+    let after = a.after_empty_cache();
+    assert!(after.released().is_empty());
+    assert!(!after.fits_in_cache(35 * MIB, S0));
+    assert_eq!(after.cache_address(35 * MIB, S0), None);
+    assert_eq!(after.cache_address(5 * MIB, S0), Some(DeviceAddr(p.0 + 30 * MIB)));
     assert_eq!(state(&a), before);
     assert_ne!(a.malloc(35 * MIB, S0).unwrap(), p, "p is still allocated: a new segment");
 }

@@ -293,7 +293,7 @@ impl<'a> Driver<'a> {
                 .take_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap))
                 .map(|e| (e.action, e.addr, e.size))
                 .collect();
-            let mut plan = model.empty_cache_plan();
+            let mut plan = model.after_empty_cache().released().to_vec();
             plan.retain(|r| !released_before.contains(r));
             releases == plan
         };

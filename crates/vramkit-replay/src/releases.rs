@@ -94,18 +94,18 @@ pub fn replay_as_empty_cache(
         .iter()
         .find(|e| !is_segment_event(e))
         .filter(|r| matches!(r.action, TraceAction::Alloc | TraceAction::Oom));
-    if recorded != model.empty_cache_plan() {
+    let after = model.after_empty_cache();
+    if recorded != after.released() {
         return false;
     }
     if runs[k].1 == ReleaseRun::RetryLadder {
-        return !request.is_some_and(|r| model.fits_in_cache_after_empty_cache(r.size, StreamId(r.stream)));
+        return !request.is_some_and(|r| after.fits_in_cache(r.size, StreamId(r.stream)));
     }
     // A request right after the run, with no new memory: after a call the
     // cache served it, by best fit. Elsewhere, it was the ladder's (an
     // expandable segment's free end grows, or a targeted release made room).
     let served_directly = events.get(start + recorded.len()).is_some_and(|e| e.action == TraceAction::Alloc);
-    !(served_directly
-        && request.is_some_and(|r| model.cache_address_after_empty_cache(r.size, StreamId(r.stream)) != Some(DeviceAddr(r.addr))))
+    !(served_directly && request.is_some_and(|r| after.cache_address(r.size, StreamId(r.stream)) != Some(DeviceAddr(r.addr))))
 }
 
 /// A segment event: a new or released segment, or pages mapped or unmapped.

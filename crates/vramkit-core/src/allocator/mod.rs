@@ -19,6 +19,7 @@ mod what_if;
 pub use invariants::InvariantViolation;
 pub use private_pool::{PoolError, StreamFilter};
 pub use restore::RestoreError;
+pub use what_if::AfterEmptyCache;
 
 use crate::block::{BlockArena, BlockId, PendingEvent, PoolIdx};
 use crate::config::AllocatorConfig;

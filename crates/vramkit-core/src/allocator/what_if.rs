@@ -42,6 +42,33 @@ impl Device for WhatIfDevice {
     fn destroy_event(&mut self, _event: EventId) {}
 }
 
+/// What [`CachingAllocator::after_empty_cache`] sees.
+#[derive(Debug)]
+pub struct AfterEmptyCache {
+    copy: CachingAllocator<WhatIfDevice>,
+    released: Vec<(crate::snapshot::TraceAction, u64, u64)>,
+}
+
+impl AfterEmptyCache {
+    /// What `empty_cache()` would release, in order: (action, address,
+    /// bytes) of each `segment_free` and `segment_unmap`.
+    pub fn released(&self) -> &[(crate::snapshot::TraceAction, u64, u64)] {
+        &self.released
+    }
+
+    /// Would `malloc(size, stream)` then be served from the cache?
+    pub fn fits_in_cache(&self, size: u64, stream: StreamId) -> bool {
+        self.copy.fits_in_cache(size, stream)
+    }
+
+    /// The address the cache would then serve `malloc(size, stream)` at;
+    /// `None` when it would need the device.
+    pub fn cache_address(&self, size: u64, stream: StreamId) -> Option<DeviceAddr> {
+        let params = self.copy.alloc_params(size, stream);
+        self.copy.find_free_block(&params).map(|found| DeviceAddr(found.addr))
+    }
+}
+
 impl<D: Device> CachingAllocator<D> {
     /// A copy of every block, pool and statistic, on another device.
     fn clone_state_onto<E: Device>(&self, device: E) -> CachingAllocator<E> {
@@ -102,30 +129,10 @@ impl<D: Device> CachingAllocator<D> {
         copy.free(ptr).is_ok() && copy.fits_in_cache(size, stream)
     }
 
-    /// What `empty_cache()` would release now, in order: (action, address,
-    /// bytes) of each `segment_free` and `segment_unmap`. Changes nothing.
-    pub fn empty_cache_plan(&self) -> Vec<(crate::snapshot::TraceAction, u64, u64)> {
-        self.after_empty_cache().1
-    }
-
-    /// Would `malloc(size, stream)` be served from the cache right after an
-    /// `empty_cache()` (whose synchronisation frees blocks still waiting on
-    /// events)? Changes nothing.
-    pub fn fits_in_cache_after_empty_cache(&self, size: u64, stream: StreamId) -> bool {
-        self.after_empty_cache().0.fits_in_cache(size, stream)
-    }
-
-    /// The address the cache would serve `malloc(size, stream)` at right
-    /// after an `empty_cache()`; `None` when it would need the device.
-    /// Changes nothing.
-    pub fn cache_address_after_empty_cache(&self, size: u64, stream: StreamId) -> Option<DeviceAddr> {
-        let copy = self.after_empty_cache().0;
-        let params = copy.alloc_params(size, stream);
-        copy.find_free_block(&params).map(|found| DeviceAddr(found.addr))
-    }
-
-    /// A copy after `empty_cache()`, and what it released.
-    fn after_empty_cache(&self) -> (CachingAllocator<WhatIfDevice>, Vec<(crate::snapshot::TraceAction, u64, u64)>) {
+    /// The allocator as `empty_cache()` would leave it now (its
+    /// synchronisation frees blocks still waiting on events), and what it
+    /// would release. The allocator itself is not changed.
+    pub fn after_empty_cache(&self) -> AfterEmptyCache {
         let info = self.device.mem_get_info();
         let device = WhatIfDevice { free_bytes: info.free_bytes, total_bytes: info.total_bytes, next_address: u64::MAX / 2 };
         let mut copy = self.clone_state_onto(device);
@@ -141,7 +148,7 @@ impl<D: Device> CachingAllocator<D> {
             .filter(|e| matches!(e.action, crate::snapshot::TraceAction::SegmentFree | crate::snapshot::TraceAction::SegmentUnmap))
             .map(|e| (e.action, e.addr, e.size))
             .collect();
-        (copy, released)
+        AfterEmptyCache { copy, released }
     }
 
     /// The settings worth trying for a failed request, as (conf string, config).
