@@ -157,24 +157,27 @@ pub fn classify_with_capacity(
         if *kind != ReleaseRun::RetryLadder {
             continue;
         }
-        // What the request asked of the device: the segments it acquired
-        // after the run (with expandable segments, pages mapped in whole
-        // units, which the request's size alone does not tell), else the
-        // segment its size needs.
+        // What the refused request asked of the device: at least what it
+        // acquired after the run (with expandable segments, pages mapped in
+        // whole units), and at least the segment its size needs.
         let after_run = events[*start..].iter().skip_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap));
         let acquired: u64 = after_run
             .take_while(|e| matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentMap))
             .map(|e| e.size)
             .sum();
         let request = events[*start..].iter().find(|e| matches!(e.action, TraceAction::Alloc | TraceAction::Oom));
-        let alloc_size = if acquired > 0 {
-            acquired
-        } else {
-            request.map_or(0, |e| {
-                let rounded = if e.action == TraceAction::Oom { e.size } else { round_size(e.size, &config.roundup_power2_divisions) };
+        let needs = request.map_or(0, |e| {
+            let rounded = if e.action == TraceAction::Oom { e.size } else { round_size(e.size, &config.roundup_power2_divisions) };
+            if config.expandable_segments && rounded > vramkit_core::rounding::SMALL_SIZE {
+                // The refused attempt may have had no free end to grow and
+                // asked for whole units; the last one, after the release,
+                // can need fewer.
+                rounded.next_multiple_of(config.large_segment_size_bytes)
+            } else {
                 get_allocation_size(rounded, config.large_segment_size_bytes)
-            })
-        };
+            }
+        });
+        let alloc_size = acquired.max(needs);
         if before + alloc_size <= limit {
             *kind = ReleaseRun::EmptyCache;
         } else {

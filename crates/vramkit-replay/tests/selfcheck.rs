@@ -187,6 +187,16 @@ fn expandable_max_split_with_refusals() {
     let bad = failing("expandable_segments:True,max_split_size_mb:64", 1..=40, 1200 * MIB, usize::MAX, 2, false);
     assert!(bad.is_empty(), "{} of 40 seeds did not verify: {bad:?}", bad.len());
 }
+/// A retry ladder under expandable segments whose refused attempt asked
+/// for two 20 MiB units, while the last attempt (after the release freed
+/// the segment's end) mapped one: sized by the last, the run looked like a
+/// call the device could not have refused. (The one seed of 2,000 recorded
+/// from the process start that diverged.)
+#[test]
+fn expandable_ladder_sized_by_its_refused_attempt() {
+    check_from("expandable_segments:True", 107, 1200 * MIB, usize::MAX, 2, true, Start::Process);
+}
+
 /// Every setting with device refusals, 100 seeds each: how many seeds do
 /// not verify, against the most each may (measured; lower it when a fix
 /// lands). What remains is block tails a window start cannot pin down
