@@ -23,7 +23,7 @@
 //! settings (`verify`'s pass); the judgements are kept as a [`Reading`],
 //! which replays under other settings follow.
 
-use crate::releases::{is_segment_event, replay_as_empty_cache, ReleaseRun};
+use crate::releases::{releases, replay_as_empty_cache, request_after, ReleaseRun};
 use std::borrow::Cow;
 use crate::AddrMap;
 use vramkit_core::{CachingAllocator, DeviceAddr, Error, StreamId, TraceAction, TraceEntry};
@@ -279,23 +279,13 @@ impl<'a> Driver<'a> {
         let run: Vec<u64> = self.events[i..].iter().take_while(|e| e.action == TraceAction::FreeCompleted).map(|e| e.addr).collect();
         let end = i + run.len();
         let synchronised = self.holds.keys().all(|a| run.contains(a)) && {
-            let releases: Vec<(TraceAction, u64, u64)> = self.events[end..]
-                .iter()
-                .take_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap))
-                .map(|e| (e.action, e.addr, e.size))
-                .collect();
             // Garbage collection or the targeted stage of the same `malloc`
             // may have released segments just before; the model does that
             // in its own `malloc`, after this.
-            let released_before: Vec<(TraceAction, u64, u64)> = self.events[..i]
-                .iter()
-                .rev()
-                .take_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap))
-                .map(|e| (e.action, e.addr, e.size))
-                .collect();
+            let released_before = releases(self.events[..i].iter().rev());
             let mut plan = model.after_empty_cache().released().to_vec();
             plan.retain(|r| !released_before.contains(r));
-            releases == plan
+            releases(self.events[end..].iter()) == plan
         };
         if !synchronised {
             self.reading.to_mut().by_sync[i..end].fill(false);
@@ -312,17 +302,10 @@ impl<'a> Driver<'a> {
         if !self.reading.by_sync.get(i + 1).copied().unwrap_or(false) {
             return false;
         }
-        // Past the rest of the synchronisation's `free_completed` run and the releases.
-        let request = self.events[i + 2..]
-            .iter()
-            .skip_while(|e| e.action == TraceAction::FreeCompleted)
-            .find(|e| !is_segment_event(e));
-        match request {
-            Some(r) if matches!(r.action, TraceAction::Alloc | TraceAction::Oom) => {
-                model.fits_in_cache_after_free(p, r.size, StreamId(r.stream))
-            }
-            _ => false,
-        }
+        // Past the rest of the synchronisation's `free_completed` run.
+        let rest = &self.events[i + 2..];
+        let run = rest.iter().take_while(|e| e.action == TraceAction::FreeCompleted).count();
+        request_after(&rest[run..]).is_some_and(|r| model.fits_in_cache_after_free(p, r.size, StreamId(r.stream)))
     }
 
     /// After the last entry: free what completed but waits for a `malloc`,

@@ -24,7 +24,6 @@ pub enum ReleaseRun {
 
 /// The runs of releases in `events`: (index of the run's first entry, kind).
 pub fn classify_release_runs(events: &[TraceEntry]) -> Vec<(usize, ReleaseRun)> {
-    let is_release = |e: &TraceEntry| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap);
     let mut runs = Vec::new();
     let mut i = 0;
     while i < events.len() {
@@ -85,15 +84,8 @@ pub fn replay_as_empty_cache(
         return false;
     }
     let Ok(k) = runs.binary_search_by_key(&start, |r| r.0) else { return false };
-    let recorded: Vec<(TraceAction, u64, u64)> = events[start..]
-        .iter()
-        .take_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap))
-        .map(|e| (e.action, e.addr, e.size))
-        .collect();
-    let request = events[start..]
-        .iter()
-        .find(|e| !is_segment_event(e))
-        .filter(|r| matches!(r.action, TraceAction::Alloc | TraceAction::Oom));
+    let recorded = releases(events[start..].iter());
+    let request = request_after(&events[start..]);
     let after = model.after_empty_cache();
     if recorded != after.released() {
         return false;
@@ -111,6 +103,27 @@ pub fn replay_as_empty_cache(
 /// A segment event: a new or released segment, or pages mapped or unmapped.
 pub(crate) fn is_segment_event(e: &TraceEntry) -> bool {
     matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentMap | TraceAction::SegmentFree | TraceAction::SegmentUnmap)
+}
+
+/// A release as it is compared with a plan: (action, address, bytes).
+pub(crate) type Release = (TraceAction, u64, u64);
+
+fn is_release(e: &TraceEntry) -> bool {
+    matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap)
+}
+
+/// The releases `entries` start with.
+pub(crate) fn releases<'a>(entries: impl Iterator<Item = &'a TraceEntry>) -> Vec<Release> {
+    entries.take_while(|e| is_release(e)).map(|e| (e.action, e.addr, e.size)).collect()
+}
+
+/// The request that the segment events `entries` start with lead to: the
+/// first other entry, if it is an `alloc` or an `oom`.
+pub(crate) fn request_after(entries: &[TraceEntry]) -> Option<&TraceEntry> {
+    entries
+        .iter()
+        .find(|e| !is_segment_event(e))
+        .filter(|r| matches!(r.action, TraceAction::Alloc | TraceAction::Oom))
 }
 
 /// The release runs with the capacity rule applied, and the capacity the
