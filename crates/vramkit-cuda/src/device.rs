@@ -1,9 +1,11 @@
-//! `CudaDevice`: the `Device` trait on the CUDA driver API.
+//! `CudaDevice`: the `Device` trait on the CUDA driver API. Its
+//! virtual-memory methods run the raw calls of `vmm.rs` on the device's
+//! context and keep the books of what the trait mapped.
 
 use crate::driver::{check, driver_available, CurrentContext, Failure};
 use crate::CudaError;
 use cudarc::driver::sys::{self, CUresult};
-use crate::vmm::MappedPage;
+use crate::vmm::{self, MappedPage};
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use vramkit_core::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
@@ -52,16 +54,16 @@ pub struct CudaDevice {
     /// The driver can reserve address ranges and map memory into them, with
     /// a granularity that divides 2 MiB (the smallest page the allocator
     /// maps). Probed once in `new`.
-    pub(crate) virtual_memory: bool,
+    virtual_memory: bool,
     /// Address ranges reserved through the `Device` trait and not released:
     /// base address to size in bytes.
-    pub(crate) address_ranges: BTreeMap<u64, u64>,
+    address_ranges: BTreeMap<u64, u64>,
     /// Addresses from `cuMemAlloc` not freed yet; `drop` frees what is left.
     allocations: BTreeSet<u64>,
     /// Pages mapped through the `Device` trait's `map` and not unmapped, by
     /// address. Invariant: the pages do not overlap, and each lies inside
     /// one of `address_ranges`.
-    pub(crate) pages: BTreeMap<u64, MappedPage>,
+    pages: BTreeMap<u64, MappedPage>,
 }
 
 // SAFETY: the fields are driver handles (a device ordinal, a context, events)
@@ -166,7 +168,7 @@ impl CudaDevice {
     }
 
     /// The primary context made current on this thread until the guard drops.
-    pub(crate) fn enter(&self) -> Result<CurrentContext, Failure> {
+    fn enter(&self) -> Result<CurrentContext, Failure> {
         // SAFETY: a `CudaDevice` exists only after the driver was loaded and
         // initialised in `new`, and `self.context` stays retained until `drop`,
         // which cannot run while `&self` is borrowed.
@@ -174,7 +176,7 @@ impl CudaDevice {
     }
 
     /// Counts a failure of an infallible method; prints the first few.
-    pub(crate) fn note_failure(&self, failure: impl std::fmt::Display, what: &str) {
+    fn note_failure(&self, failure: impl std::fmt::Display, what: &str) {
         let n = self.driver_failures.get() + 1;
         self.driver_failures.set(n);
         if n <= PRINTED_FAILURES {
@@ -228,6 +230,184 @@ impl CudaDevice {
         // SAFETY: driver loaded, context current; `stream` is a live stream
         // handle (see `record_raw`).
         check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream_handle(stream)) })
+    }
+}
+
+/// The raw virtual-memory calls (`vmm.rs`), one page each, on this
+/// device's context.
+impl CudaDevice {
+    /// `call` with the primary context current; a failure becomes a
+    /// [`DeviceError`] (`OutOfMemory` of `requested_bytes` when the driver
+    /// found no memory).
+    fn in_context<T>(
+        &self,
+        requested_bytes: u64,
+        call: impl FnOnce(&CurrentContext) -> Result<T, Failure>,
+    ) -> Result<T, DeviceError> {
+        self.enter().and_then(|current| call(&current)).map_err(|failure| failure.into_device_error(requested_bytes))
+    }
+
+    fn granularity(&self, option: sys::CUmemAllocationGranularity_flags) -> Result<u64, DeviceError> {
+        self.in_context(0, |current| vmm::granularity(current, self.index, option))
+    }
+
+    /// The minimum granularity of `cuMemCreate` sizes and map addresses on
+    /// this GPU (2 MiB on current hardware). Page sizes (2 MiB small pool,
+    /// 20 MiB large pool in PyTorch) must be multiples of it.
+    pub fn allocation_granularity(&self) -> Result<u64, DeviceError> {
+        self.granularity(sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM)
+    }
+
+    /// The granularity the driver recommends for performance.
+    pub fn recommended_granularity(&self) -> Result<u64, DeviceError> {
+        self.granularity(sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+    }
+
+    /// `cuMemAddressReserve`: a virtual range of `size_bytes` (a multiple of
+    /// the granularity), aligned to `alignment_bytes` (0: the granularity).
+    /// No memory backs it until [`CudaDevice::map_page`].
+    ///
+    /// This is the raw call; the `Device` trait's `reserve_address_range`
+    /// (what the allocator uses) also remembers the range.
+    pub fn reserve_address_range_aligned(&mut self, size_bytes: u64, alignment_bytes: u64) -> Result<DeviceAddr, DeviceError> {
+        self.in_context(size_bytes, |current| vmm::reserve_range(current, size_bytes, alignment_bytes))
+    }
+
+    /// `cuMemAddressFree` of a whole range from
+    /// [`reserve_address_range_aligned`](CudaDevice::reserve_address_range_aligned),
+    /// after every page in it was unmapped.
+    pub fn free_address_range(&mut self, base: DeviceAddr, size_bytes: u64) -> Result<(), DeviceError> {
+        self.in_context(0, |current| vmm::free_range(current, base, size_bytes))
+    }
+
+    /// Backs `[addr, addr + size_bytes)` of a reserved range with new physical
+    /// memory, readable and writable from this GPU: `cuMemCreate`, `cuMemMap`,
+    /// `cuMemSetAccess`. `addr` and `size_bytes` are multiples of the
+    /// granularity. On failure nothing stays created or mapped.
+    pub fn map_page(&mut self, addr: DeviceAddr, size_bytes: u64) -> Result<MappedPage, DeviceError> {
+        self.in_context(size_bytes, |current| vmm::map_page(current, self.index, addr, size_bytes))
+    }
+
+    /// Unmaps a page and releases its physical memory: `cuMemUnmap`,
+    /// `cuMemRelease`. The caller must have synchronised every stream that
+    /// used the page (PyTorch synchronises the segment's stream first).
+    /// If `cuMemUnmap` fails the page stays mapped and its memory is leaked
+    /// (the context is broken then); it is never released twice.
+    pub fn unmap_page(&mut self, page: MappedPage) -> Result<(), DeviceError> {
+        self.in_context(0, |current| vmm::unmap_page(current, page))
+    }
+}
+
+/// The `Device` trait's virtual-memory calls, built on the raw ones: `map`
+/// creates one physical allocation per page (as PyTorch's
+/// `ExpandableSegment` does) and the device keeps the [`MappedPage`]s by
+/// address, so `unmap` of any run of whole pages finds their handles.
+/// Errors are [`DeviceError`]s: `OutOfMemory` when `cuMemCreate` finds no
+/// memory (the allocator then releases cache and retries).
+impl CudaDevice {
+    /// Bytes mapped through the `Device` trait's `map` and not unmapped yet.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.pages.values().map(MappedPage::size_bytes).sum()
+    }
+
+    /// Address ranges reserved through the `Device` trait and not released yet.
+    pub fn reserved_range_count(&self) -> usize {
+        self.address_ranges.len()
+    }
+
+    /// `Device::reserve_address_range`: a granularity-aligned range, remembered.
+    fn reserve_tracked_range(&mut self, size_bytes: u64) -> Result<DeviceAddr, DeviceError> {
+        let base = self.reserve_address_range_aligned(size_bytes, 0)?;
+        self.address_ranges.insert(base.0, size_bytes);
+        Ok(base)
+    }
+
+    /// `Device::release_address_range`. The trait gives no way to fail: a
+    /// driver failure is counted and printed, and the range is forgotten
+    /// (the address space is lost, nothing is freed twice).
+    fn release_tracked_range(&mut self, base: DeviceAddr, size_bytes: u64) {
+        let known = self.address_ranges.remove(&base.0);
+        debug_assert_eq!(known, Some(size_bytes), "release of {base}+{size_bytes}, not a reservation of this device");
+        debug_assert!(
+            self.pages.range(base.0..base.0 + size_bytes).next().is_none(),
+            "release of reservation {base} while pages are mapped"
+        );
+        let result = self.enter().and_then(|current| vmm::free_range(&current, base, size_bytes));
+        if let Err(failure) = result {
+            self.note_failure(failure, "release_address_range");
+        }
+    }
+
+    /// `Device::map`: one new physical allocation of `page_bytes` per page of
+    /// `[addr, addr + size_bytes)`, mapped read-write. All or nothing: when a
+    /// page fails, the pages this call mapped are unmapped and released
+    /// before the error (`OutOfMemory` for `CUDA_ERROR_OUT_OF_MEMORY`) is
+    /// returned.
+    fn map_pages(&mut self, addr: DeviceAddr, size_bytes: u64, page_bytes: u64) -> Result<(), DeviceError> {
+        debug_assert!(page_bytes > 0 && size_bytes % page_bytes == 0, "map of {size_bytes} bytes in pages of {page_bytes}");
+        debug_assert!(
+            self.pages.range(addr.0..addr.0 + size_bytes).next().is_none(),
+            "map of {addr}+{size_bytes} over mapped pages"
+        );
+        let mut mapped: Vec<MappedPage> = Vec::with_capacity((size_bytes / page_bytes.max(1)) as usize);
+        let mut offset = 0;
+        while offset < size_bytes {
+            match self.map_page(addr.offset(offset), page_bytes) {
+                Ok(page) => mapped.push(page),
+                Err(error) => {
+                    for page in mapped {
+                        // No kernel has seen these pages yet, so they can go
+                        // back without a synchronize.
+                        if let Err(undo) = self.unmap_page(page) {
+                            self.note_failure(undo, "map (undoing the pages mapped before a failure)");
+                        }
+                    }
+                    return Err(match error {
+                        DeviceError::OutOfMemory { .. } => DeviceError::OutOfMemory { requested_bytes: size_bytes },
+                        other => other,
+                    });
+                }
+            }
+            offset += page_bytes;
+        }
+        for page in mapped {
+            self.pages.insert(page.addr().0, page);
+        }
+        Ok(())
+    }
+
+    /// `Device::unmap`: unmaps and releases every page mapped by `map` in
+    /// `[addr, addr + size_bytes)`. The trait names no stream, so this
+    /// first waits for all work on the device (`cuCtxSynchronize`, what
+    /// PyTorch's `ExpandableSegment` does when it has no stream): unlike
+    /// `cuMemFree`, `cuMemUnmap` does not wait for kernels still using the
+    /// memory. Failures are counted and printed; a page whose unmap failed
+    /// is forgotten (leaked), never released twice.
+    fn unmap_pages(&mut self, addr: DeviceAddr, size_bytes: u64) {
+        let end = addr.0 + size_bytes;
+        let inside: Vec<u64> = self.pages.range(addr.0..end).map(|(&a, _)| a).collect();
+        if inside.is_empty() {
+            debug_assert_eq!(size_bytes, 0, "unmap of {addr}+{size_bytes}, nothing mapped there");
+            return;
+        }
+        let synchronized = self.enter().and_then(|_current| {
+            // SAFETY: driver loaded, context current (guard); waits for the
+            // context's work, touching no memory of ours.
+            check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+        });
+        if let Err(failure) = synchronized {
+            self.note_failure(failure, "unmap (synchronize before unmapping)");
+        }
+        let mut unmapped = 0;
+        for page_addr in inside {
+            let page = self.pages.remove(&page_addr).expect("collected from the map above");
+            debug_assert!(page.addr().0 + page.size_bytes() <= end, "unmap of {addr}+{size_bytes} cuts page {page_addr:#x}");
+            unmapped += page.size_bytes();
+            if let Err(error) = self.unmap_page(page) {
+                self.note_failure(error, "unmap");
+            }
+        }
+        debug_assert_eq!(unmapped, size_bytes, "unmap of {addr}+{size_bytes}, not all of it mapped");
     }
 }
 

@@ -1,27 +1,12 @@
 //! The page: inline CSS, the SVG charts, tables and the doctor's text.
 
+use super::escape::escape;
 use super::svg::{self, Level, Series};
 use super::{Report, Run};
 use crate::doctor::Site;
 use crate::tune::{describe_conf, show_conf};
 use std::fmt::Write;
 use vramkit_core::format_size;
-
-/// Text made safe for HTML content and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 const STYLE: &str = r#"
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; color: #111827; background: #f9fafb; }

@@ -11,10 +11,11 @@
 //! traces of millions of entries (timelines keep about
 //! [`TIMELINE_POINTS`] samples, always with each bucket's peaks).
 
+mod escape;
 mod html;
 pub mod svg;
 
-pub use html::escape;
+pub use escape::escape;
 
 use crate::doctor::{site_name, Diagnosis, Site};
 use crate::model::{model_replay_at_peak, ModelOptions, PeakState};

@@ -6,7 +6,7 @@
 //! downsampled timeline (which keeps every bucket's peaks), and the map
 //! draws one rectangle per run of same-coloured pixels, not per block.
 
-use super::html::escape;
+use super::escape::escape;
 use std::fmt::Write;
 use vramkit_core::{BlockState, SegmentInfo};
 
