@@ -60,6 +60,10 @@ pub(crate) struct Block {
     pub stream_uses: Vec<StreamId>,
     /// The pool's `get_free_blocks_call_count` when the block last entered the free set.
     pub gc_count_base: u64,
+    /// Creation order of the block's segment (PyTorch's registration
+    /// counter), which breaks ties in size in the free sets from torch 2.13;
+    /// 0 for every block under older releases' rules.
+    pub registration_counter: u32,
     /// The expandable segment this block lies in, if any.
     pub expandable: Option<ExpandableId>,
     /// False only for the unmapped address space of an expandable segment.
@@ -87,12 +91,19 @@ impl Block {
             event_count: 0,
             stream_uses: Vec::new(),
             gc_count_base: 0,
+            registration_counter: 0,
             expandable: None,
             mapped: true,
             held: false,
             context_when_allocated: None,
             context_when_segment_allocated: None,
         }
+    }
+
+    /// Where the block sorts in its pool's free set (on its stream).
+    #[inline]
+    pub fn free_key(&self) -> crate::pool::FreeKey {
+        crate::pool::FreeKey { size: self.size, counter: self.registration_counter, addr: self.addr }
     }
 
     /// Has a neighbour in its segment.

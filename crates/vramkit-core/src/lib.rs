@@ -19,7 +19,7 @@ pub mod summary;
 pub use allocator::{
     set_invariant_checks, AddrHasher, AfterEmptyCache, CachingAllocator, InvariantViolation, PoolError, RestoreError, StreamFilter,
 };
-pub use config::{AllocatorConfig, ConfigError};
+pub use config::{AllocatorConfig, ConfigError, PytorchRelease};
 pub use device::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
 pub use error::Error;
 pub use history::{ContextLevel, HistoryConfig};

@@ -2,13 +2,15 @@
 //!
 //! A pool holds the free, mapped blocks of one kind (small or large) of one
 //! owner (the default pools or a private pool), ordered by
-//! (stream, size, address). Best fit is the first entry at or after
-//! (stream, size, 0): the smallest free block on that stream that is big
-//! enough, the lowest address among equals.
+//! (stream, size, segment age, address). Best fit is the first entry at or
+//! after (stream, size): the smallest free block on that stream that is big
+//! enough; among equals the one in the oldest segment, then the lowest
+//! address. Segment age is PyTorch's registration counter (torch 2.13 and
+//! later, `BlockComparatorSizeCounterAddress`); for older releases every
+//! block's counter is 0, which leaves address order.
 //!
 //! Blocks never move between streams, so the order is kept as one ordered
-//! map per stream, keyed by `size << 64 | address` (lossless, and one
-//! integer comparison instead of three).
+//! map per stream, keyed by [`FreeKey`].
 
 use crate::block::BlockId;
 use crate::device::StreamId;
@@ -16,23 +18,43 @@ use crate::rounding::PoolKind;
 use crate::snapshot::MempoolId;
 use std::collections::BTreeMap;
 
+/// Where a free block sorts within its stream: size, then the counter of
+/// the segment it lies in (older first), then address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct FreeKey {
+    pub size: u64,
+    pub counter: u32,
+    pub addr: u64,
+}
+
+impl FreeKey {
+    /// The first possible key of `size`: before every block of that size.
+    #[inline]
+    fn first_of(size: u64) -> FreeKey {
+        FreeKey { size, counter: 0, addr: 0 }
+    }
+}
+
 /// One free block as the pool orders it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FreeEntry {
     pub stream: StreamId,
     pub size: u64,
     pub addr: u64,
+    pub counter: u32,
     pub id: BlockId,
 }
 
-#[inline]
-fn key(size: u64, addr: u64) -> u128 {
-    (u128::from(size) << 64) | u128::from(addr)
+impl FreeEntry {
+    #[inline]
+    fn key(&self) -> FreeKey {
+        FreeKey { size: self.size, counter: self.counter, addr: self.addr }
+    }
 }
 
 #[inline]
-fn entry(stream: StreamId, key: u128, id: BlockId) -> FreeEntry {
-    FreeEntry { stream, size: (key >> 64) as u64, addr: key as u64, id }
+fn entry(stream: StreamId, key: FreeKey, id: BlockId) -> FreeEntry {
+    FreeEntry { stream, size: key.size, addr: key.addr, counter: key.counter, id }
 }
 
 /// An ordered map from keys to blocks: a sorted `Vec` while small (the
@@ -40,8 +62,8 @@ fn entry(stream: StreamId, key: u128, id: BlockId) -> FreeEntry {
 /// entries beats a tree), a `BTreeMap` once it grows. Same order either way.
 #[derive(Clone, Debug)]
 enum Ordered {
-    Small(Vec<(u128, BlockId)>),
-    Large(BTreeMap<u128, BlockId>),
+    Small(Vec<(FreeKey, BlockId)>),
+    Large(BTreeMap<FreeKey, BlockId>),
 }
 
 /// Entries at which a small map becomes a tree, and a tree becomes small again.
@@ -56,7 +78,7 @@ impl Default for Ordered {
 
 impl Ordered {
     #[inline]
-    fn insert(&mut self, k: u128, id: BlockId) -> bool {
+    fn insert(&mut self, k: FreeKey, id: BlockId) -> bool {
         match self {
             Ordered::Small(v) => match v.binary_search_by_key(&k, |e| e.0) {
                 Ok(_) => false,
@@ -73,7 +95,7 @@ impl Ordered {
     }
 
     #[inline]
-    fn remove(&mut self, k: u128) -> bool {
+    fn remove(&mut self, k: FreeKey) -> bool {
         match self {
             Ordered::Small(v) => match v.binary_search_by_key(&k, |e| e.0) {
                 Ok(at) => {
@@ -93,7 +115,7 @@ impl Ordered {
     }
 
     #[inline]
-    fn get(&self, k: u128) -> Option<BlockId> {
+    fn get(&self, k: FreeKey) -> Option<BlockId> {
         match self {
             Ordered::Small(v) => v.binary_search_by_key(&k, |e| e.0).ok().map(|at| v[at].1),
             Ordered::Large(m) => m.get(&k).copied(),
@@ -102,7 +124,7 @@ impl Ordered {
 
     /// The first entry with key >= k.
     #[inline]
-    fn at_or_after(&self, k: u128) -> Option<(u128, BlockId)> {
+    fn at_or_after(&self, k: FreeKey) -> Option<(FreeKey, BlockId)> {
         match self {
             Ordered::Small(v) => v.get(v.partition_point(|e| e.0 < k)).copied(),
             Ordered::Large(m) => m.range(k..).next().map(|(&a, &b)| (a, b)),
@@ -111,7 +133,7 @@ impl Ordered {
 
     /// The first entry with key > k.
     #[inline]
-    fn after(&self, k: u128) -> Option<(u128, BlockId)> {
+    fn after(&self, k: FreeKey) -> Option<(FreeKey, BlockId)> {
         match self {
             Ordered::Small(v) => v.get(v.partition_point(|e| e.0 <= k)).copied(),
             Ordered::Large(m) => {
@@ -123,14 +145,14 @@ impl Ordered {
 
     /// The last entry with key < k.
     #[inline]
-    fn before(&self, k: u128) -> Option<(u128, BlockId)> {
+    fn before(&self, k: FreeKey) -> Option<(FreeKey, BlockId)> {
         match self {
             Ordered::Small(v) => v.partition_point(|e| e.0 < k).checked_sub(1).map(|at| v[at]),
             Ordered::Large(m) => m.range(..k).next_back().map(|(&a, &b)| (a, b)),
         }
     }
 
-    fn iter(&self) -> Box<dyn Iterator<Item = (u128, BlockId)> + '_> {
+    fn iter(&self) -> Box<dyn Iterator<Item = (FreeKey, BlockId)> + '_> {
         match self {
             Ordered::Small(v) => Box::new(v.iter().copied()),
             Ordered::Large(m) => Box::new(m.iter().map(|(&a, &b)| (a, b))),
@@ -138,7 +160,7 @@ impl Ordered {
     }
 }
 
-/// The free set of one pool: per stream (sorted by stream handle), blocks by (size, address).
+/// The free set of one pool: per stream (sorted by stream handle), blocks by [`FreeKey`].
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FreeBlocks {
     streams: Vec<(StreamId, Ordered)>,
@@ -171,23 +193,23 @@ impl FreeBlocks {
 
     /// Inserts a free block; false if it was already there.
     #[inline]
-    pub fn insert(&mut self, stream: StreamId, size: u64, addr: u64, id: BlockId) -> bool {
-        let inserted = self.stream_mut(stream).insert(key(size, addr), id);
+    pub fn insert(&mut self, stream: StreamId, key: FreeKey, id: BlockId) -> bool {
+        let inserted = self.stream_mut(stream).insert(key, id);
         self.len += inserted as usize;
         inserted
     }
 
     /// Removes a free block; false if it was not there.
     #[inline]
-    pub fn remove(&mut self, stream: StreamId, size: u64, addr: u64) -> bool {
-        let removed = self.stream_mut(stream).remove(key(size, addr));
+    pub fn remove(&mut self, stream: StreamId, key: FreeKey) -> bool {
+        let removed = self.stream_mut(stream).remove(key);
         self.len -= removed as usize;
         removed
     }
 
     /// Whether exactly this block is in the set.
-    pub fn contains(&self, stream: StreamId, size: u64, addr: u64, id: BlockId) -> bool {
-        self.stream(stream).and_then(|m| m.get(key(size, addr))) == Some(id)
+    pub fn contains(&self, stream: StreamId, key: FreeKey, id: BlockId) -> bool {
+        self.stream(stream).and_then(|m| m.get(key)) == Some(id)
     }
 
     /// Number of free blocks.
@@ -195,36 +217,37 @@ impl FreeBlocks {
         self.len
     }
 
-    /// The first free block on `stream` with size >= `size` (lowest address among equals).
+    /// The first free block on `stream` with size >= `size` (the oldest
+    /// segment's, then the lowest address, among equals).
     #[inline]
     pub fn lower_bound(&self, stream: StreamId, size: u64) -> Option<FreeEntry> {
-        let (k, id) = self.stream(stream)?.at_or_after(key(size, 0))?;
+        let (k, id) = self.stream(stream)?.at_or_after(FreeKey::first_of(size))?;
         Some(entry(stream, k, id))
     }
 
-    /// The free block on `stream` just before the position of (size, 0):
+    /// The free block on `stream` just before the first position of `size`:
     /// the largest one smaller than `size`.
     #[inline]
     pub fn before(&self, stream: StreamId, size: u64) -> Option<FreeEntry> {
-        let (k, id) = self.stream(stream)?.before(key(size, 0))?;
+        let (k, id) = self.stream(stream)?.before(FreeKey::first_of(size))?;
         Some(entry(stream, k, id))
     }
 
     /// The free block on the same stream just before `e`.
     #[inline]
     pub fn predecessor(&self, e: FreeEntry) -> Option<FreeEntry> {
-        let (k, id) = self.stream(e.stream)?.before(key(e.size, e.addr))?;
+        let (k, id) = self.stream(e.stream)?.before(e.key())?;
         Some(entry(e.stream, k, id))
     }
 
     /// The free block on the same stream just after `e`.
     #[inline]
     pub fn successor(&self, e: FreeEntry) -> Option<FreeEntry> {
-        let (k, id) = self.stream(e.stream)?.after(key(e.size, e.addr))?;
+        let (k, id) = self.stream(e.stream)?.after(e.key())?;
         Some(entry(e.stream, k, id))
     }
 
-    /// Every free block in (stream, size, address) order.
+    /// Every free block in (stream, size, segment age, address) order.
     pub fn iter(&self) -> impl Iterator<Item = FreeEntry> + '_ {
         self.streams.iter().flat_map(|(s, m)| m.iter().map(move |(k, id)| entry(*s, k, id)))
     }

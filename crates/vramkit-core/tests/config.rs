@@ -773,7 +773,8 @@ fn compat_strategy() -> BoxedStrategy<Compat> {
         Just(Compat::R24),
         Just(Compat::V2_8),
         Just(Compat::R26),
-        any::<[bool; 8]>().prop_map(|b| Compat {
+        Just(Compat::V2_13),
+        any::<[bool; 9]>().prop_map(|b| Compat {
             roundup_gt_overwrites_last: b[0],
             max_split_size_strictly_above_20: b[1],
             fixed_oversize_tolerance: b[2],
@@ -782,6 +783,7 @@ fn compat_strategy() -> BoxedStrategy<Compat> {
             fraction_limit_when_ever_set: b[5],
             release_considers_expandable: b[6],
             private_pool_first_registered: b[7],
+            size_ties_by_segment_age: b[8],
         }),
     ]
     .boxed()

@@ -683,3 +683,30 @@ fn what_if_queries_change_nothing() {
     assert_eq!(state(&a), before);
     assert_ne!(a.malloc(35 * MIB, S0).unwrap(), p, "p is still allocated: a new segment");
 }
+
+/// Two free blocks of one size, the older segment at the higher address
+/// (as after `empty_cache()`, when the device hands a new segment a lower
+/// address): torch 2.13 and later take the older segment's block
+/// (`BlockComparatorSizeCounterAddress`), earlier releases the lower address.
+#[test]
+fn equal_size_free_blocks_come_from_the_older_segment_from_2_13() {
+    use vramkit_core::{AllocatorConfig, CachingAllocator, PytorchRelease};
+    let run = |release: PytorchRelease| {
+        let mut device = SimDevice::unlimited();
+        device.push_address(0x2000_0000);
+        device.push_address(0x1000_0000);
+        let config = AllocatorConfig { compat: release.compat(), ..AllocatorConfig::default() };
+        let mut a = CachingAllocator::new(device, config);
+        let older = a.malloc(20 * MIB, S0).unwrap();
+        let newer = a.malloc(20 * MIB, S0).unwrap();
+        assert_eq!((older, newer), (DeviceAddr(0x2000_0000), DeviceAddr(0x1000_0000)));
+        a.free(older).unwrap();
+        a.free(newer).unwrap();
+        let again = a.malloc(20 * MIB, S0).unwrap();
+        a.check_invariants().unwrap();
+        again
+    };
+    assert_eq!(run(PytorchRelease::new(2, 12)), DeviceAddr(0x1000_0000));
+    assert_eq!(run(PytorchRelease::new(2, 13)), DeviceAddr(0x2000_0000));
+    assert_eq!(run(PytorchRelease::NEWEST), DeviceAddr(0x2000_0000));
+}

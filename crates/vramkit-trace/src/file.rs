@@ -5,6 +5,7 @@ use crate::pickle::value::Value;
 use crate::settings::AllocatorSettings;
 use std::collections::BTreeSet;
 use vramkit_core::snapshot::Snapshot;
+use vramkit_core::{AllocatorConfig, PytorchRelease};
 
 /// Which generation of PyTorch's snapshot layout a file uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -109,6 +110,42 @@ impl SnapshotFile {
             format: SnapshotFormat::Current,
             pickle_protocol: None,
             keys: None,
+        }
+    }
+
+    /// The oldest PyTorch release that writes everything this file has, and
+    /// what in the file says so; `None` when nothing does (no
+    /// `allocator_settings`: a release before 2.4, or a converted file).
+    /// Keys read off the releases' `libtorch_python.so`: trace entries'
+    /// `user_metadata` from 2.10, `compile_context` from 2.8; the top-level
+    /// `external_annotations` from 2.6; see also [`AllocatorSettings::release`].
+    pub fn release(&self) -> Option<(PytorchRelease, &'static str)> {
+        let settings = self.allocator_settings.as_ref()?;
+        let keys = self.keys.as_ref();
+        let entry_has = |k: &str| keys.is_some_and(|keys| keys.entry.contains(k));
+        let by_settings = settings.release();
+        let evidence = [
+            (by_settings, "allocator_settings keys"),
+            (if entry_has("user_metadata") { PytorchRelease::new(2, 10) } else { PytorchRelease::OLDEST }, "trace entries' user_metadata"),
+            (if entry_has("compile_context") { PytorchRelease::new(2, 8) } else { PytorchRelease::OLDEST }, "trace entries' compile_context"),
+            (
+                if self.external_annotations.is_some() { PytorchRelease::new(2, 6) } else { PytorchRelease::OLDEST },
+                "external_annotations",
+            ),
+        ];
+        // The first of equal candidates names the evidence.
+        evidence.into_iter().rev().max_by_key(|(release, _)| *release)
+    }
+
+    /// The settings the file was recorded with, under the allocator rules of
+    /// `release` when given, else of the release the file shows
+    /// ([`release`](Self::release)), else vramkit's defaults; PyTorch's
+    /// default settings when the file records none.
+    pub fn recorded_config(&self, release: Option<PytorchRelease>) -> AllocatorConfig {
+        let compat = release.or_else(|| self.release().map(|(r, _)| r)).map(|r| r.compat()).unwrap_or_default();
+        match &self.allocator_settings {
+            Some(settings) => settings.to_config_with(compat),
+            None => AllocatorConfig { compat, ..AllocatorConfig::default() },
         }
     }
 

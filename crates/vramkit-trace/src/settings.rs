@@ -7,7 +7,7 @@ use crate::tree::Item;
 use std::collections::BTreeMap;
 use vramkit_core::rounding::ROUNDUP_INTERVALS;
 use vramkit_core::config::{Compat, Generation};
-use vramkit_core::AllocatorConfig;
+use vramkit_core::{AllocatorConfig, PytorchRelease};
 
 /// The top-level `allocator_settings` dict of newer snapshots. Every field
 /// is optional because PyTorch releases added keys over time.
@@ -49,6 +49,21 @@ impl AllocatorSettings {
         }
     }
 
+    /// The oldest release that writes every key this dict has (read off the
+    /// releases' `libtorch_python.so`): `max_round_threshold` and
+    /// `max_cached_size` from 2.13, `graph_capture_record_stream_reuse` from
+    /// 2.9, the dict itself from 2.4.
+    pub fn release(&self) -> PytorchRelease {
+        let has = |key: &str| self.other.iter().any(|(k, _)| k == key);
+        if has("max_round_threshold") || has("max_cached_size") {
+            PytorchRelease::new(2, 13)
+        } else if self.graph_capture_record_stream_reuse.is_some() {
+            PytorchRelease::new(2, 9)
+        } else {
+            PytorchRelease::new(2, 4)
+        }
+    }
+
     /// The recorded settings as a core [`AllocatorConfig`].
     ///
     /// Starts from the parsed `PYTORCH_CUDA_ALLOC_CONF` string (so keys the
@@ -60,7 +75,12 @@ impl AllocatorSettings {
     /// log2 of the key.
     /// The allocator generation follows [`Self::generation`].
     pub fn to_config(&self) -> AllocatorConfig {
-        let compat = Compat::of(self.generation());
+        self.to_config_with(Compat::of(self.generation()))
+    }
+
+    /// [`to_config`](Self::to_config) under the rules `compat` (of the
+    /// release that recorded the file, see `SnapshotFile::release`).
+    pub fn to_config_with(&self, compat: Compat) -> AllocatorConfig {
         let mut config = self
             .pytorch_cuda_alloc_conf
             .as_deref()

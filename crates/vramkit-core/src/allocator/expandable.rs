@@ -109,9 +109,11 @@ impl<D: Device> CachingAllocator<D> {
             stream: params.stream,
             pool: params.pool,
         }));
+        let registration_counter = self.register_segment();
         let block = self.blocks.insert(Block {
             expandable: Some(id),
             mapped: false,
+            registration_counter,
             ..Block::new(base.0, size, params.stream, params.pool)
         });
         self.pools[params.pool.0 as usize].unmapped.insert((params.stream, base.0), block);
@@ -168,12 +170,13 @@ impl<D: Device> CachingAllocator<D> {
         self.pools[pool.0 as usize].unmapped.remove(&(stream, addr));
         self.blocks[id].mapped = true;
         if mapped_size < block_size {
-            let next = self.blocks[id].next;
+            let (next, registration_counter) = (self.blocks[id].next, self.blocks[id].registration_counter);
             let rest = self.blocks.insert(Block {
                 prev: Some(id),
                 next,
                 expandable: Some(seg_id),
                 mapped: false,
+                registration_counter,
                 ..Block::new(addr + mapped_size, block_size - mapped_size, stream, pool)
             });
             if let Some(n) = next {
@@ -204,9 +207,9 @@ impl<D: Device> CachingAllocator<D> {
     /// 6.4: unmaps the whole pages inside the free block `id` (which is in
     /// its pool's free set), leaving free mapped parts before and after.
     pub(crate) fn unmap_block(&mut self, id: BlockId, context: &Option<Frames>) {
-        let (addr, size, seg_id, stream, pool) = {
+        let (addr, size, seg_id, stream, pool, registration_counter) = {
             let b = &self.blocks[id];
-            (b.addr, b.size, b.expandable.expect("expandable"), b.stream, b.pool)
+            (b.addr, b.size, b.expandable.expect("expandable"), b.stream, b.pool, b.registration_counter)
         };
         let seg = self.expandable_segments[seg_id.0 as usize].as_ref().expect("live segment");
         let (begin, end) = seg.pages_inside(addr, size);
@@ -218,7 +221,13 @@ impl<D: Device> CachingAllocator<D> {
         self.remove_from_pool(id);
         let before_size = unmapped_addr - addr;
         let after_size = size - before_size - unmapped_size;
-        let free_part = |a: u64, s: u64, prev, next| Block { prev, next, expandable: Some(seg_id), ..Block::new(a, s, stream, pool) };
+        let free_part = |a: u64, s: u64, prev, next| Block {
+            prev,
+            next,
+            expandable: Some(seg_id),
+            registration_counter,
+            ..Block::new(a, s, stream, pool)
+        };
         if before_size > 0 {
             let prev = self.blocks[id].prev;
             let before = self.blocks.insert(free_part(addr, before_size, prev, Some(id)));

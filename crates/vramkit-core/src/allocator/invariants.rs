@@ -125,7 +125,7 @@ impl<D: Device> CachingAllocator<D> {
                     }
                 } else {
                     mapped_bytes += b.size;
-                    let in_pool = self.pools[pool.0 as usize].blocks.contains(b.stream, b.size, b.addr, id);
+                    let in_pool = self.pools[pool.0 as usize].blocks.contains(b.stream, b.free_key(), id);
                     if free != in_pool {
                         return violation("a block is in its pool iff it is free", format!("block at {:#x} free={free} in_pool={in_pool}", b.addr));
                     }

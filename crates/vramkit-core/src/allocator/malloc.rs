@@ -103,7 +103,8 @@ impl<D: Device> CachingAllocator<D> {
         let Some(found) = self.find_free_block(params) else {
             return false;
         };
-        self.pools[params.pool.0 as usize].blocks.remove(found.stream, found.size, found.addr);
+        let key = self.blocks[found.id].free_key();
+        self.pools[params.pool.0 as usize].blocks.remove(found.stream, key);
         params.block = Some(found.id);
         true
     }
@@ -198,6 +199,7 @@ impl<D: Device> CachingAllocator<D> {
         self.record_trace(TraceAction::SegmentAlloc, addr.0, size, params.stream, frames);
         let keep_context = self.history.as_ref().is_some_and(|h| h.config.context >= ContextLevel::State);
         let mut block = Block::new(addr.0, size, params.stream, params.pool);
+        block.registration_counter = self.register_segment();
         if keep_context {
             block.context_when_segment_allocated = context.clone();
         }
@@ -234,14 +236,15 @@ impl<D: Device> CachingAllocator<D> {
             // The free block keeps its identity as the remainder; a new block
             // takes its low end.
             let remaining = id;
-            let (addr, prev) = {
+            let (addr, prev, registration_counter) = {
                 let r = &self.blocks[remaining];
-                (r.addr, r.prev)
+                (r.addr, r.prev, r.registration_counter)
             };
             let new_block = self.blocks.insert(Block {
                 prev,
                 next: Some(remaining),
                 expandable,
+                registration_counter,
                 ..Block::new(addr, size, params.stream, params.pool)
             });
             // As in PyTorch, the segment's cudaMalloc stack stays on the old
@@ -292,7 +295,7 @@ impl<D: Device> CachingAllocator<D> {
         let b = &mut self.blocks[id];
         let pool = &mut self.pools[b.pool.0 as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
-        let inserted = pool.blocks.insert(b.stream, b.size, b.addr, id);
+        let inserted = pool.blocks.insert(b.stream, b.free_key(), id);
         debug_assert!(inserted, "block {id:?} was already in its pool");
     }
 
@@ -300,7 +303,7 @@ impl<D: Device> CachingAllocator<D> {
     #[inline]
     pub(crate) fn remove_from_pool(&mut self, id: BlockId) {
         let b = &self.blocks[id];
-        let removed = self.pools[b.pool.0 as usize].blocks.remove(b.stream, b.size, b.addr);
+        let removed = self.pools[b.pool.0 as usize].blocks.remove(b.stream, b.free_key());
         debug_assert!(removed, "block {id:?} was not in its pool");
     }
 

@@ -99,6 +99,8 @@ pub struct CachingAllocator<D: Device> {
     /// `max_split_size` has been changed since construction, so the oversize
     /// counters mix thresholds (as in PyTorch) and cannot be recomputed.
     pub(crate) max_split_size_changed: bool,
+    /// The registration counter the next segment gets.
+    pub(crate) next_registration_counter: u32,
 }
 
 /// A fast hasher for 512-byte-aligned addresses.
@@ -145,6 +147,7 @@ impl<D: Device> CachingAllocator<D> {
             allowed_memory_maximum: 0,
             history: None,
             max_split_size_changed: false,
+            next_registration_counter: 0,
             expandable_segments: Vec::new(),
             private_pools: BTreeMap::new(),
             freeable_pools: Vec::new(),
@@ -155,6 +158,18 @@ impl<D: Device> CachingAllocator<D> {
             allocator.apply_memory_fraction(allocator.config.per_process_memory_fraction);
         }
         allocator
+    }
+
+    /// The registration counter of a new segment (a `cudaMalloc` or an
+    /// expandable reservation): creation order where the release breaks size
+    /// ties by it, else 0 for every segment (address order alone).
+    pub(crate) fn register_segment(&mut self) -> u32 {
+        if !self.config.compat.size_ties_by_segment_age {
+            return 0;
+        }
+        let counter = self.next_registration_counter;
+        self.next_registration_counter = counter.wrapping_add(1);
+        counter
     }
 
     /// Sets the device index shown in snapshots, summaries and OOM messages.

@@ -103,6 +103,9 @@ impl<D: Device> CachingAllocator<D> {
         };
         let kind = s.segment_type;
         let stream = StreamId(s.stream);
+        // Segments alive at the start are older than any made later; among
+        // themselves their order is unknown (snapshots list them by address).
+        let registration_counter = self.register_segment();
         let split = s.blocks.len() > 1;
         let mut addr = s.address;
         let mut prev: Option<BlockId> = None;
@@ -123,6 +126,7 @@ impl<D: Device> CachingAllocator<D> {
                 held: info.state == BlockState::ActivePendingFree,
                 context_when_allocated: info.frames.clone(),
                 context_when_segment_allocated: if i == 0 { s.frames.clone() } else { None },
+                registration_counter,
                 ..Block::new(addr, info.size, stream, pool)
             });
             if let Some(p) = prev {

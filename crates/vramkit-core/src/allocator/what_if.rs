@@ -87,6 +87,7 @@ impl<D: Device> CachingAllocator<D> {
             allowed_memory_maximum: self.allowed_memory_maximum,
             history: None,
             max_split_size_changed: self.max_split_size_changed,
+            next_registration_counter: self.next_registration_counter,
             expandable_segments: self.expandable_segments.clone(),
             private_pools: self.private_pools.clone(),
             freeable_pools: self.freeable_pools.clone(),

@@ -12,6 +12,9 @@ pub enum Generation {
     V2_8,
     /// Late-2025 main, about PyTorch 2.10 and later: the default.
     R26,
+    /// PyTorch 2.13 and later: R26, with size ties in the free sets broken
+    /// by segment age.
+    V2_13,
 }
 
 /// One switch per row of spec section 12. `Compat::R26` is the default.
@@ -38,6 +41,12 @@ pub struct Compat {
     /// Private pools are chosen first-registered-first (R24) instead of
     /// most-recent-first (R26).
     pub private_pool_first_registered: bool,
+    /// Free blocks of equal size are taken from the oldest segment first
+    /// (PyTorch's registration counter, given each `cudaMalloc` and each
+    /// expandable reservation in creation order), then by address: torch
+    /// 2.13 and later (`BlockComparatorSizeCounterAddress`). Before 2.13, by
+    /// address alone.
+    pub size_ties_by_segment_age: bool,
 }
 
 impl Compat {
@@ -51,7 +60,10 @@ impl Compat {
         fraction_limit_when_ever_set: false,
         release_considers_expandable: false,
         private_pool_first_registered: false,
+        size_ties_by_segment_age: false,
     };
+    /// PyTorch 2.13 and later.
+    pub const V2_13: Compat = Compat { size_ties_by_segment_age: true, ..Compat::R26 };
     /// PyTorch 2.6 to 2.9.
     pub const V2_8: Compat = Compat {
         roundup_gt_overwrites_last: true,
@@ -62,6 +74,7 @@ impl Compat {
         fraction_limit_when_ever_set: true,
         release_considers_expandable: false,
         private_pool_first_registered: false,
+        size_ties_by_segment_age: false,
     };
     /// Mid-2024 PyTorch (2.4).
     pub const R24: Compat = Compat {
@@ -73,6 +86,7 @@ impl Compat {
         fraction_limit_when_ever_set: true,
         release_considers_expandable: true,
         private_pool_first_registered: true,
+        size_ties_by_segment_age: false,
     };
 
     /// The switches of one generation.
@@ -81,6 +95,7 @@ impl Compat {
             Generation::R24 => Self::R24,
             Generation::V2_8 => Self::V2_8,
             Generation::R26 => Self::R26,
+            Generation::V2_13 => Self::V2_13,
         }
     }
 }

@@ -6,13 +6,16 @@
 //! [`AllocatorConfig::update`] changes only the keys a string names, and
 //! [`AllocatorConfig::set_allocator_settings_pytorch`] replays PyTorch's own
 //! runtime setter, which first resets some keys it is not given.
-//! Behaviour that differs between PyTorch releases is in [`Compat`].
+//! Behaviour that differs between PyTorch releases is in [`Compat`], and
+//! [`PytorchRelease::compat`] says which switches a release follows.
 
 mod compat;
 mod error;
 mod parse;
+mod release;
 
 pub use compat::{Compat, Generation};
+pub use release::PytorchRelease;
 pub use error::ConfigError;
 
 use crate::rounding::{LARGE_BUFFER, ROUNDUP_INTERVALS};
