@@ -141,19 +141,21 @@ static void write_snapshot(const std::string& path) {
     for (auto& te : trace) {
       out << (fe ? "" : ", ");
       fe = false;
+      // As torch/csrc/cuda/memory_snapshot.cpp writes an entry: no
+      // `frames` key without a recorded context (none is recorded here).
       out << "{\"action\": \"" << action_name(te.action_) << "\", "
           << (te.action_ == TraceEntry::OOM ? "\"device_free\": " : "\"addr\": ") << te.addr_
           << ", \"size\": " << te.size_ << ", \"stream\": " << stream_value(te.stream_)
-#if VK_TORCH >= 204
-          << ", \"time_us\": 0"
-#endif
 #if VK_TORCH >= 208
-          << ", \"compile_context\": \"N/A\""
+          << ", \"compile_context\": " << json_str(te.compile_context_)
 #endif
 #if VK_TORCH >= 210
-          << ", \"user_metadata\": \"\""
+          << ", \"user_metadata\": " << json_str(te.user_metadata_)
 #endif
-          << ", \"frames\": []}";
+#if VK_TORCH >= 215
+          << ", \"internal_metadata\": " << json_str(te.internal_metadata_)
+#endif
+          << ", \"time_us\": " << (long long)te.time_.t_ << "}";
     }
     out << "]";
   }

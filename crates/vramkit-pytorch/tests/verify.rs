@@ -20,7 +20,7 @@ fn recordings_verify_exactly() {
                 let out = h.record(&program, &setup).unwrap_or_else(|e| panic!("{e}"));
                 assert!(out.errors.is_empty(), "{release} {conf:?} seed {seed}: {:?}", out.errors);
                 let file = read_recording(out.snapshot.as_deref().unwrap());
-                let config = file.allocator_settings.as_ref().map(|s| s.to_config()).unwrap_or_default();
+                let config = file.recorded_config(None);
                 for trace in DeviceTrace::split(&file.snapshot) {
                     let v = vramkit_replay::verify(&trace, &config).unwrap_or_else(|e| panic!("{e}"));
                     if !v.passed() {
