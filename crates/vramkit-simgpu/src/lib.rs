@@ -1,0 +1,20 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod build;
+mod fetch;
+mod preset;
+mod sources;
+mod stack;
+mod symbols;
+mod unavailable;
+mod venv;
+
+pub use build::RUNTIME_ALIASES;
+pub use fetch::Headers;
+pub use preset::{Preset, PRESETS};
+pub use sources::{Source, SOURCES};
+pub use stack::{Stack, REQUIRE_ENV};
+pub use symbols::{libraries, Library, CUDA_MAJORS};
+pub use venv::{TorchEnv, TORCH_PYTHON_DEPENDENCIES};
