@@ -33,6 +33,16 @@ pub enum Command {
     Report(ReportArgs),
 }
 
+/// Which PyTorch release's allocator rules to follow.
+#[derive(Args, Debug, Default)]
+pub struct RulesArgs {
+    /// Follow this PyTorch release's allocator rules (e.g. 2.4, 2.12, 2.15).
+    /// Default: the release the snapshot shows by the keys PyTorch wrote
+    /// (the newest it may be, when the keys leave a range).
+    #[arg(long, value_name = "VERSION")]
+    pub pytorch: Option<String>,
+}
+
 #[derive(Args, Debug)]
 pub struct SummaryArgs {
     /// A snapshot: pickle (any protocol) or JSON.
@@ -67,6 +77,8 @@ pub struct ReplayArgs {
     /// Print one JSON object (or {"devices": [...]} for several devices).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub rules: RulesArgs,
 }
 
 #[derive(Args, Debug)]
@@ -76,6 +88,20 @@ pub struct VerifyArgs {
     /// Print one JSON object (or {"devices": [...]}).
     #[arg(long)]
     pub json: bool,
+    /// Device memory PyTorch could use when it recorded the trace (its GPU's
+    /// total, e.g. 80GiB): where refusals begin, and what a memory fraction
+    /// and expandable reservations are sized by. Default: what the trace
+    /// implies when it shows refusals or an out-of-memory error, else
+    /// unlimited.
+    #[arg(long)]
+    pub capacity: Option<String>,
+    /// The per-process memory fraction the program set with
+    /// torch.cuda.set_per_process_memory_fraction() before allocating (the
+    /// snapshot does not record it); needs --capacity.
+    #[arg(long, requires = "capacity")]
+    pub fraction: Option<f64>,
+    #[command(flatten)]
+    pub rules: RulesArgs,
 }
 
 #[derive(Args, Debug)]
@@ -112,6 +138,8 @@ pub struct TuneArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub rules: RulesArgs,
 }
 
 #[derive(Args, Debug)]
@@ -127,6 +155,8 @@ pub struct DoctorArgs {
     /// Print the diagnosis as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub rules: RulesArgs,
 }
 
 #[derive(Args, Debug)]
@@ -146,4 +176,6 @@ pub struct ReportArgs {
     /// Try at most this many settings in the tune it runs.
     #[arg(long)]
     pub max_candidates: Option<usize>,
+    #[command(flatten)]
+    pub rules: RulesArgs,
 }

@@ -50,7 +50,7 @@ pub fn diagnoses(
 
 pub fn run(args: DoctorArgs) -> Result<ExitCode, CliError> {
     let file = load(&args.snapshot)?;
-    let recorded = recorded_config(&file);
+    let recorded = recorded_config(&file, &args.rules)?;
     let traces = DeviceTrace::split(&file.snapshot);
     if traces.is_empty() {
         return Err(CliError::new(format!("{}: the snapshot has no segments and no trace", args.snapshot.display())));

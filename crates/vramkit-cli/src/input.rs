@@ -2,7 +2,8 @@
 
 use std::fmt;
 use std::path::Path;
-use vramkit_core::AllocatorConfig;
+use crate::cli::RulesArgs;
+use vramkit_core::{AllocatorConfig, PytorchRelease};
 use vramkit_replay::DeviceTrace;
 use vramkit_trace::SnapshotFile;
 
@@ -82,9 +83,26 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or_default().to_string()
 }
 
-/// The settings a snapshot was recorded with (PyTorch's defaults if it does not say).
-pub fn recorded_config(file: &SnapshotFile) -> AllocatorConfig {
-    file.allocator_settings.as_ref().map(|s| s.to_config()).unwrap_or_default()
+/// The settings a snapshot was recorded with (PyTorch's defaults if it
+/// does not say), under the allocator rules of the release `--pytorch`
+/// names, else of the newest release the file may come from.
+pub fn recorded_config(file: &SnapshotFile, rules: &RulesArgs) -> Result<AllocatorConfig, CliError> {
+    Ok(file.recorded_config(given_release(rules)?))
+}
+
+/// The release `--pytorch` names, checked.
+pub fn given_release(rules: &RulesArgs) -> Result<Option<PytorchRelease>, CliError> {
+    let Some(text) = &rules.pytorch else { return Ok(None) };
+    let release = PytorchRelease::parse(text).map_err(|e| CliError::new(format!("--pytorch {e}")))?;
+    if release < PytorchRelease::OLDEST || release > PytorchRelease::NEWEST {
+        eprintln!(
+            "note: vramkit knows the allocator rules of torch {} to {}; following the closest, {}",
+            PytorchRelease::OLDEST,
+            PytorchRelease::NEWEST,
+            if release < PytorchRelease::OLDEST { PytorchRelease::OLDEST } else { PytorchRelease::NEWEST }
+        );
+    }
+    Ok(Some(release))
 }
 
 /// `24GiB`, `512MiB`, `1.5GB`, `4096`: bytes. Binary units (KiB, MiB, GiB,

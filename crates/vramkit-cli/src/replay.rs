@@ -9,7 +9,7 @@ use vramkit_replay::{model_replay, oracle_replay, DeviceTrace, Metrics, ModelOpt
 
 pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
     let file = load(&args.snapshot)?;
-    let recorded = recorded_config(&file);
+    let recorded = recorded_config(&file, &args.rules)?;
     let (conf, config) = match &args.conf {
         Some(c) => (c.clone(), AllocatorConfig::parse(c).map_err(|e| CliError::new(format!("--conf {c:?}: {e}")))?),
         None => (recorded.to_conf_string(), recorded.clone()),

@@ -10,7 +10,7 @@ use vramkit_replay::DeviceTrace;
 
 pub fn run(args: ReportArgs) -> Result<ExitCode, CliError> {
     let file = load(&args.snapshot)?;
-    let recorded = recorded_config(&file);
+    let recorded = recorded_config(&file, &args.rules)?;
     let all = DeviceTrace::split(&file.snapshot);
     // The traces are copies: free the file's (large, on long traces) own before replaying.
     drop(file);

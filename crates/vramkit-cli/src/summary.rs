@@ -9,7 +9,7 @@ use vramkit_replay::{stats_from_segments, DeviceTrace};
 
 pub fn run(args: SummaryArgs) -> Result<ExitCode, CliError> {
     let file = load(&args.snapshot)?;
-    let config = recorded_config(&file);
+    let config = recorded_config(&file, &Default::default())?;
     let devices = DeviceTrace::split(&file.snapshot);
     if devices.is_empty() {
         return Err(CliError::new(format!("{}: the snapshot has no segments and no trace", args.snapshot.display())));

@@ -1,7 +1,7 @@
 //! `vramkit tune`: the settings that reserve the least, for one snapshot or
 //! for every rank of a job.
 
-use crate::cli::TuneArgs;
+use crate::cli::{RulesArgs, TuneArgs};
 use crate::input::{capacity_for, load, parse_size, recorded_config, traces_with_events, CliError};
 use std::io::Write;
 use std::path::Path;
@@ -19,13 +19,13 @@ pub struct Loaded {
 }
 
 /// Reads the snapshots and their device traces with events.
-pub fn load_inputs(paths: &[impl AsRef<Path>], capacity: Option<&str>) -> Result<Vec<Loaded>, CliError> {
+pub fn load_inputs(paths: &[impl AsRef<Path>], capacity: Option<&str>, rules: &RulesArgs) -> Result<Vec<Loaded>, CliError> {
     let given = capacity.map(parse_size).transpose()?;
     let mut out = Vec::new();
     for path in paths {
         let path = path.as_ref();
         let file = load(path)?;
-        let recorded = recorded_config(&file);
+        let recorded = recorded_config(&file, rules)?;
         let traces = traces_with_events(&file, path, "tune")?;
         let several = traces.len() > 1;
         let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
@@ -73,7 +73,7 @@ pub fn result_json(r: &TuneResult, capacity_source: &str) -> serde_json::Value {
 }
 
 pub fn run(args: TuneArgs) -> Result<ExitCode, CliError> {
-    let loaded = load_inputs(&args.snapshots, args.capacity.as_deref())?;
+    let loaded = load_inputs(&args.snapshots, args.capacity.as_deref(), &args.rules)?;
     let inputs: Vec<TuneInput<'_>> = loaded.iter().map(Loaded::input).collect();
     let report = run_tune(&inputs, args.max_candidates)?;
     let fits = report.results.iter().all(|r| !r.best.oom);

@@ -1,14 +1,26 @@
 //! `vramkit verify`: does vramkit's allocator make PyTorch's decisions?
+//!
+//! The allocator rules follow the release that wrote the snapshot: the one
+//! `--pytorch` names, else the releases the snapshot's keys allow; where
+//! those differ in rules, each is tried, newest first, and the first that
+//! verifies is kept (the output says which).
 
 use crate::cli::VerifyArgs;
-use crate::input::{load, print_devices, recorded_config, CliError};
+use crate::input::{given_release, load, parse_size, print_devices, CliError};
 use std::io::Write;
 use std::process::ExitCode;
-use vramkit_replay::{verify, DeviceTrace};
+use vramkit_core::PytorchRelease;
+use vramkit_replay::{verify_with_capacity, DeviceTrace, VerifyReport};
+use vramkit_trace::SnapshotFile;
 
 pub fn run(args: VerifyArgs) -> Result<ExitCode, CliError> {
     let file = load(&args.snapshot)?;
-    let config = recorded_config(&file);
+    let capacity = args.capacity.as_deref().map(parse_size).transpose()?;
+    if let Some(f) = args.fraction {
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(CliError::new(format!("--fraction {f}: a memory fraction is above 0 and at most 1, e.g. 0.5")));
+        }
+    }
     let devices: Vec<DeviceTrace> = DeviceTrace::split(&file.snapshot).into_iter().filter(DeviceTrace::has_events).collect();
     if devices.is_empty() {
         return Err(CliError::new(format!(
@@ -16,15 +28,42 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, CliError> {
             args.snapshot.display()
         )));
     }
-    let mut reports = Vec::new();
-    for d in &devices {
-        reports.push(verify(d, &config).map_err(|e| CliError::new(format!("{}: {e}", args.snapshot.display())))?);
+    let (candidates, why) = candidates(&file, given_release(&args.rules)?);
+    let mut chosen = None;
+    for &release in &candidates {
+        let mut config = file.recorded_config(release);
+        if let Some(f) = args.fraction {
+            config.per_process_memory_fraction = f;
+        }
+        let mut reports = Vec::new();
+        for d in &devices {
+            reports.push(verify_with_capacity(d, &config, capacity).map_err(|e| CliError::new(format!("{}: {e}", args.snapshot.display())))?);
+        }
+        let passed = reports.iter().all(VerifyReport::passed);
+        if chosen.is_none() || passed {
+            chosen = Some((release, reports));
+        }
+        if passed {
+            break;
+        }
     }
+    let (release, reports) = chosen.expect("at least one candidate");
+    let rules = describe(release, &candidates, &why);
     let passed = reports.iter().all(|r| r.passed());
     if args.json {
-        print_devices(reports.iter().map(|r| serde_json::to_value(r).expect("serialisable")).collect())?;
+        let values = reports
+            .iter()
+            .map(|r| {
+                let mut v = serde_json::to_value(r).expect("serialisable");
+                v["pytorch_rules"] = serde_json::Value::String(release.map_or("default".into(), |r| r.to_string()));
+                v["rules"] = serde_json::Value::String(rules.clone());
+                v
+            })
+            .collect();
+        print_devices(values)?;
     } else {
         let mut out = std::io::stdout().lock();
+        writeln!(out, "{rules}")?;
         for r in &reports {
             writeln!(
                 out,
@@ -51,4 +90,31 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, CliError> {
         writeln!(out, "{}", if passed { "verify: PASS" } else { "verify: FAIL" })?;
     }
     Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The releases whose rules to try, newest first (`None`: vramkit's
+/// defaults), and what chose them.
+fn candidates(file: &SnapshotFile, given: Option<PytorchRelease>) -> (Vec<Option<PytorchRelease>>, String) {
+    if let Some(r) = given {
+        return (vec![Some(r)], "--pytorch".into());
+    }
+    match file.release_range() {
+        Some(range) => {
+            let why = format!("the snapshot's keys say {range}");
+            (range.distinct_rules().into_iter().map(Some).collect(), why)
+        }
+        None => (vec![None], "the snapshot does not say which release wrote it; --pytorch names one".into()),
+    }
+}
+
+fn describe(release: Option<PytorchRelease>, candidates: &[Option<PytorchRelease>], why: &str) -> String {
+    let rules = release.unwrap_or(PytorchRelease::DEFAULT_RULES).rules();
+    match release {
+        None => format!("rules: torch {}'s, vramkit's default ({why}): {rules}", PytorchRelease::DEFAULT_RULES),
+        Some(r) if candidates.len() > 1 => {
+            let others: Vec<String> = candidates.iter().flatten().filter(|&&c| c != r).map(|c| c.to_string()).collect();
+            format!("rules: torch {r}'s ({why}; also tried {}'s): {rules}", others.join(", "))
+        }
+        Some(r) => format!("rules: torch {r}'s ({why}): {rules}"),
+    }
 }

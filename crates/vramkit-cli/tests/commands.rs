@@ -40,6 +40,26 @@ fn verify_is_exact_on_every_real_trace_with_events() {
 }
 
 #[test]
+fn verify_names_the_rules_it_followed() {
+    let bcrafton = repo().join("data/traces/pytorch_snapshots/cs336_bcrafton__memory_snapshot.pickle");
+    let path = bcrafton.to_str().unwrap();
+    // Written by torch 2.10 to 2.12 (user_metadata, no max_round_threshold):
+    // 2.12's rules are tried first, 2.11's verify.
+    let v = json(&vramkit(&["verify", "--json", path]));
+    assert_eq!(v["pytorch_rules"], "2.11");
+    assert!(v["rules"].as_str().unwrap().contains("the snapshot's keys say torch 2.10 to 2.12; also tried 2.12's"), "{v}");
+    let given = json(&vramkit(&["verify", "--json", "--pytorch", "2.4", path]));
+    assert_eq!(given["pytorch_rules"], "2.4");
+    assert!(given["rules"].as_str().unwrap().contains("(--pytorch)"));
+    let out = vramkit(&["verify", "--pytorch", "two", path]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--pytorch \"two\" is not a PyTorch release; give major.minor"));
+    let out = vramkit(&["verify", "--fraction", "1.5", "--capacity", "8GiB", path]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fraction 1.5: a memory fraction is above 0 and at most 1"));
+}
+
+#[test]
 fn oracle_peak_reserved_is_the_running_sum_of_segment_events() {
     for p in with_events() {
         let file = vramkit_trace::read_snapshot(&p).unwrap();

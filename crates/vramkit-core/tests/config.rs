@@ -774,6 +774,7 @@ fn compat_strategy() -> BoxedStrategy<Compat> {
         Just(Compat::V2_8),
         Just(Compat::R26),
         Just(Compat::V2_13),
+        Just(Compat::V2_12),
         any::<[bool; 9]>().prop_map(|b| Compat {
             roundup_gt_overwrites_last: b[0],
             max_split_size_strictly_above_20: b[1],
@@ -783,7 +784,7 @@ fn compat_strategy() -> BoxedStrategy<Compat> {
             fraction_limit_when_ever_set: b[5],
             release_considers_expandable: b[6],
             private_pool_first_registered: b[7],
-            size_ties_by_segment_age: b[8],
+            size_ties: if b[8] { vramkit_core::config::SizeTies::SegmentAge } else { vramkit_core::config::SizeTies::Address },
         }),
     ]
     .boxed()

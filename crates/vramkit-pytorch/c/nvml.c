@@ -9,6 +9,7 @@
  * single PCIe GPU).
  */
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #define EXPORT __attribute__((visibility("default")))
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
@@ -41,6 +42,14 @@ EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void *d, unsigned *n, void *p
 EXPORT int nvmlDeviceGetComputeRunningProcesses_v2(void *d, unsigned *n, void *p) { return nvmlDeviceGetComputeRunningProcesses(d, n, p); }
 EXPORT int nvmlSystemGetCudaDriverVersion_v2(int *v) { *v = 13020; return NVML_SUCCESS; }
 EXPORT int nvmlSystemGetCudaDriverVersion(int *v) { *v = 13020; return NVML_SUCCESS; }
-EXPORT int nvmlDeviceGetGpuFabricInfoV(void *d, void *info) { (void)d; (void)info; return NVML_ERROR_NOT_SUPPORTED; }
+/* A fabric query succeeds and says the GPU is in no fabric: status
+ * NVML_SUCCESS, state NVML_GPU_FABRIC_STATE_NOT_SUPPORTED (0). torch 2.13
+ * and 2.14 check that the call succeeds. Only the fields every version of
+ * nvmlGpuFabricInfoV_t has are written (version is the caller's). */
+EXPORT int nvmlDeviceGetGpuFabricInfoV(void *d, void *info) {
+  (void)d;
+  memset((char *)info + 4, 0, 32);
+  return NVML_SUCCESS;
+}
 EXPORT int nvmlDeviceGetGpuFabricInfo(void *d, void *info) { (void)d; (void)info; return NVML_ERROR_NOT_SUPPORTED; }
 EXPORT const char *nvmlErrorString(int r) { return r == NVML_SUCCESS ? "Success" : "Not Supported"; }

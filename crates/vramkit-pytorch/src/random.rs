@@ -78,9 +78,14 @@ pub fn random_program(seed: u64, shape: &Shape) -> Program {
     let mut ops = Vec::new();
     let mut live: Vec<u64> = Vec::new();
     let mut next_id = 0u64;
-    // The pool being allocated to (pool id, stream), and pools to release later.
+    // The pool being allocated to (pool id, stream), and pools to release
+    // later, with the allocations each still holds: a pool is released only
+    // once they are all freed. (torch 2.15 with expandable segments frees a
+    // released pool that still holds blocks at the next empty_cache(), and
+    // then reads it again: a use after free in PyTorch.)
     let mut open_pool: Option<(u64, u32)> = None;
     let mut ended_pools: Vec<u64> = Vec::new();
+    let mut in_pool: Vec<(u64, u64)> = Vec::new();
     let mut next_pool = 0u64;
     let largest = shape.largest.max(4 << 20);
     let size = |rng: &mut Rng| -> u64 {
@@ -109,14 +114,22 @@ pub fn random_program(seed: u64, shape: &Shape) -> Program {
             };
             ops.push(Op::Malloc { id: next_id, size: size(&mut rng), stream });
             live.push(next_id);
+            if let Some((pool, s)) = open_pool {
+                if s == stream {
+                    in_pool.push((next_id, pool));
+                }
+            }
         } else if r < 0.95 {
             let id = live.swap_remove(rng.below(live.len() as u64) as usize);
+            in_pool.retain(|&(i, _)| i != id);
             if shape.streams && rng.unit() < 0.2 {
                 ops.push(Op::RecordStream { id, stream: 1 + rng.below(2) as u32 });
             }
             ops.push(Op::Free { id });
         } else if r < 0.965 {
-            if shape.empty_cache {
+            // Never inside an "allocate to pool" (a graph capture): torch
+            // 2.6 asserts there, and CUDA forbids cudaFree while capturing.
+            if shape.empty_cache && open_pool.is_none() {
                 ops.push(Op::EmptyCache);
             }
         } else if r < 0.975 {
@@ -135,8 +148,9 @@ pub fn random_program(seed: u64, shape: &Shape) -> Program {
                 }
             }
         } else if r < 0.98 {
-            if shape.pools && !ended_pools.is_empty() {
-                let pool = ended_pools.swap_remove(rng.below(ended_pools.len() as u64) as usize);
+            let empty: Vec<usize> = (0..ended_pools.len()).filter(|&k| in_pool.iter().all(|&(_, p)| p != ended_pools[k])).collect();
+            if shape.pools && !empty.is_empty() {
+                let pool = ended_pools.swap_remove(empty[rng.below(empty.len() as u64) as usize]);
                 ops.push(Op::ReleasePool { pool });
             }
         } else if r < 0.985 {

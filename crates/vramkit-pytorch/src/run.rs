@@ -73,7 +73,15 @@ impl Harness {
         let _ = writer.join();
         let stderr = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {
-            return Err(format!("the harness ({}) failed with {}:\n{}", self.release(), out.status, tail(&stderr)));
+            let kept = std::env::temp_dir().join(format!("vramkit-harness-failed-{}.txt", std::process::id()));
+            let _ = std::fs::write(&kept, program.to_string());
+            return Err(format!(
+                "the harness ({}) failed with {} under {setup:?} on the program kept in {}:\n{}",
+                self.release(),
+                out.status,
+                kept.display(),
+                tail(&stderr)
+            ));
         }
         parse(&String::from_utf8_lossy(&out.stdout))
     }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
 use vramkit_core::{AllocatorConfig, CachingAllocator, DeviceAddr, Error, StreamId};
-use vramkit_pytorch::{Harness, Op, Program, Release, Setup, RELEASES};
+use vramkit_pytorch::{Harness, Op, Program, Release, Setup, Shape, RELEASES};
 use vramkit_sim::{EventMode, SimDevice};
 use vramkit_trace::SnapshotFile;
 
@@ -19,6 +19,11 @@ pub fn releases() -> Vec<&'static Release> {
             .collect(),
         Err(_) => vec![Release::newest(), RELEASES.last().expect("releases")],
     }
+}
+
+/// vramkit's rules for `release`.
+pub fn rules(release: &Release) -> vramkit_core::PytorchRelease {
+    vramkit_core::PytorchRelease::parse(release.version).expect("release versions parse")
 }
 
 /// Seeds per case: `$VRAMKIT_SWEEP_SEEDS`, else `default`.
@@ -113,6 +118,57 @@ pub fn run_on_vramkit(program: &Program, setup: &Setup, config: AllocatorConfig,
             Op::Stats => out.stats.push((line, alloc.memory_stats())),
             Op::Snapshot(_) | Op::TimePairs { .. } => {}
         }
+    }
+    out
+}
+
+/// One kind of program and device, under one setting.
+#[derive(Clone, Debug)]
+pub struct Case {
+    /// What it exercises, for reports.
+    pub label: String,
+    /// The programs.
+    pub shape: Shape,
+    /// The device and PyTorch's settings.
+    pub setup: Setup,
+    /// A memory fraction the programs set first (not in the recording: a
+    /// replay is told).
+    pub fraction: Option<f64>,
+}
+
+/// The kinds of program swept under `conf`: with and without
+/// `empty_cache()`, side streams with deferred frees, a tight capacity
+/// (device refusals and the retry ladder), a fraction with garbage
+/// collection, private pools.
+pub fn cases(conf: &str) -> Vec<Case> {
+    let with = |extra: &str| if conf.is_empty() { extra.to_string() } else if extra.is_empty() { conf.to_string() } else { format!("{conf},{extra}") };
+    let case = |label: &str, shape: Shape, setup: Setup, fraction: Option<f64>| Case { label: format!("{label} {conf:?}"), shape, setup, fraction };
+    let setup = Setup { conf: Some(conf.to_string()), ..Setup::default() };
+    let tight = Setup { capacity: Some(6 << 30), ..setup.clone() };
+    let mut out = vec![
+        case("plain", Shape::default(), setup.clone(), None),
+        case(
+            "streams",
+            Shape { streams: true, empty_cache: false, ..Shape::default() },
+            Setup { manual_events: true, ..setup.clone() },
+            None,
+        ),
+        case("tight", Shape { largest: 2 << 30, ..Shape::default() }, tight.clone(), None),
+        case(
+            "tight+streams",
+            Shape { largest: 2 << 30, streams: true, ..Shape::default() },
+            Setup { manual_events: true, ..tight.clone() },
+            None,
+        ),
+        case("pools", Shape { pools: true, streams: true, ..Shape::default() }, Setup { manual_events: true, ..setup.clone() }, None),
+    ];
+    if !conf.contains("garbage_collection_threshold") {
+        out.push(case(
+            "fraction+gc",
+            Shape { largest: 1536 << 20, fraction: Some(0.5), ..Shape::default() },
+            Setup { conf: Some(with("garbage_collection_threshold:0.7")), capacity: Some(8 << 30), ..Setup::default() },
+            Some(0.5),
+        ));
     }
     out
 }

@@ -229,9 +229,9 @@ impl<'a> Driver<'a> {
                 Step::Other
             }
             TraceAction::SegmentMap => {
-                // A map outside every reservation the model has is the first
-                // map of a new one, which starts at the reservation's base.
-                if !model.device().in_reservation(e.addr) {
+                // A map that grows or fills none of the model's reservations
+                // is the first map of a new one, at the reservation's base.
+                if !model.device().in_mapped_span(e.addr) {
                     model.device_mut().push_reservation_address(e.addr);
                 }
                 Step::Other

@@ -137,12 +137,13 @@ fn recorded_pass(
     let (runs, inferred) = classify_with_capacity(&trace.events, start_reserved, config, capacity_bytes);
     let capacity = capacity_bytes.or(inferred);
     // An inferred capacity says where refusals begin, not how much memory
-    // the device has, which sizes expandable reservations: without a given
-    // capacity, the recorded reservations bound it.
-    let total = capacity_bytes.unwrap_or_else(|| total_bound_by_reservations(&trace.events));
+    // the device has (which sizes expandable reservations; their unmapped
+    // tails may then reach over the next recorded one, which the device
+    // allows when it hands out recorded addresses).
     let device = SimDevice::new(capacity.unwrap_or(u64::MAX))
         .with_event_mode(vramkit_sim::EventMode::Manual)
-        .with_total_bytes(total);
+        .with_total_bytes(capacity_bytes.unwrap_or(u64::MAX))
+        .with_recorded_addresses();
     let mut model = start_model(&start, config, device)?;
     if compare == Compare::All {
         model.record_history(Some(HistoryConfig { record_trace: true, max_entries: usize::MAX, context: vramkit_core::ContextLevel::Never }));
@@ -230,32 +231,6 @@ fn recorded_pass(
         segment_divergence,
     };
     Ok((report, reading))
-}
-
-/// A device total that sizes the model's expandable reservations so they
-/// fit between the ones the trace recorded: PyTorch reserves 9/8 of the
-/// device's memory (rounded up to a page of at most 20 MiB) per
-/// reservation, so the total is at most 8/9 of the smallest gap between
-/// two reservation bases. `u64::MAX` (as large as the model allows) when
-/// the trace shows fewer than two reservations.
-///
-/// A reservation's base is its first `segment_map`; a map that lies in no
-/// earlier reservation's span (base up to the highest mapped end) opens a
-/// new one, since maps only grow a reservation upward from its base.
-fn total_bound_by_reservations(events: &[TraceEntry]) -> u64 {
-    let mut spans: Vec<(u64, u64)> = Vec::new();
-    for e in events.iter().filter(|e| e.action == TraceAction::SegmentMap) {
-        match spans.iter_mut().find(|(base, end)| *base <= e.addr && e.addr <= *end) {
-            Some(span) => span.1 = span.1.max(e.addr.saturating_add(e.size)),
-            None => spans.push((e.addr, e.addr.saturating_add(e.size))),
-        }
-    }
-    let mut bases: Vec<u64> = spans.iter().map(|s| s.0).collect();
-    bases.sort_unstable();
-    let Some(gap) = bases.windows(2).map(|w| w[1] - w[0]).min() else { return u64::MAX };
-    const PAGE: u64 = 20 << 20;
-    const GRANULE: u64 = 2 << 20;
-    (gap.saturating_sub(PAGE) / 9 * 8) / GRANULE * GRANULE
 }
 
 /// An allocator in the start state, on `device` holding the start segments.

@@ -121,6 +121,9 @@ pub struct SimDevice {
     queued_addresses: VecDeque<u64>,
     /// Reservation bases to hand out next, in order, before bumping.
     queued_reservations: VecDeque<u64>,
+    /// Queued addresses are what the real device returned (a verify): a
+    /// reservation needs only its base free, see `with_recorded_addresses`.
+    recorded_addresses: bool,
     faults: Faults,
     event_mode: EventMode,
     events: HashMap<u64, SimEvent>,
@@ -155,6 +158,7 @@ impl SimDevice {
             next_address: Self::DEFAULT_BASE,
             queued_addresses: VecDeque::new(),
             queued_reservations: VecDeque::new(),
+            recorded_addresses: false,
             faults: Faults { next: 0, rate: 0, rng: 1 },
             event_mode: EventMode::Immediate,
             events: HashMap::new(),
@@ -284,9 +288,31 @@ impl SimDevice {
         self.queued_reservations.push_back(addr);
     }
 
+    /// Queued addresses are what the real device returned, in a replay of
+    /// the settings it was recorded with (a verify). Reservations then need
+    /// only their base free: the device's memory, which sizes them, is not
+    /// in a trace, so a reservation here may be larger than it was, and its
+    /// unmapped tail reach over ranges recorded above it. Memory in use
+    /// never overlaps.
+    pub fn with_recorded_addresses(mut self) -> SimDevice {
+        self.recorded_addresses = true;
+        self
+    }
+
     /// Whether `addr` lies inside a live reservation.
     pub fn in_reservation(&self, addr: u64) -> bool {
         self.reservations.range(..=addr).next_back().is_some_and(|(&base, r)| addr < base + r.size)
+    }
+
+    /// Whether a map at `addr` would grow or fill a live reservation: it lies
+    /// between the reservation's base and the end of its highest mapped
+    /// page (inclusive). A map anywhere else starts a new reservation, as
+    /// reservations only grow upward from their base.
+    pub fn in_mapped_span(&self, addr: u64) -> bool {
+        self.reservations.range(..=addr).next_back().is_some_and(|(&base, r)| {
+            let frontier = r.mapped.last_key_value().map_or(base, |(&a, &l)| a + l);
+            addr <= frontier
+        })
     }
 
     /// Takes over a range allocated before the simulation started (a
@@ -333,23 +359,60 @@ impl SimDevice {
         self.clock_us = time_us;
     }
 
-    fn take_address(&mut self, size: u64) -> u64 {
+    /// The address for a new range of `size` bytes: the next queued one if
+    /// it is free, else the bump pointer (first fit for a reservation).
+    fn take_address(&mut self, size: u64, reservation: bool) -> u64 {
         if let Some(addr) = self.queued_addresses.pop_front() {
             // A queued address that would overlap (a replay that has already
             // diverged) is not used: the range comes from the bump pointer.
-            let fits = addr.checked_add(size).is_some_and(|end| {
-                let clear_of = |m: &BTreeMap<u64, u64>| m.range(..end).next_back().is_none_or(|(&a, &s)| a + s <= addr);
-                clear_of(&self.live) && self.reservations.range(..end).next_back().is_none_or(|(&a, r)| a + r.size <= addr)
-            });
+            let fits = if self.recorded_addresses {
+                // Only memory in use counts: a recorded reservation needs
+                // only its base free (see `with_recorded_addresses`).
+                let end = if reservation { addr.checked_add(1) } else { addr.checked_add(size) };
+                end.is_some_and(|end| {
+                    let clear_of = |m: &BTreeMap<u64, u64>| m.range(..end).next_back().is_none_or(|(&a, &s)| a + s <= addr);
+                    clear_of(&self.live) && self.reservations.values().all(|r| clear_of(&r.mapped))
+                })
+            } else {
+                addr.checked_add(size).is_some_and(|end| {
+                    let clear_of = |m: &BTreeMap<u64, u64>| m.range(..end).next_back().is_none_or(|(&a, &s)| a + s <= addr);
+                    clear_of(&self.live) && self.reservations.range(..end).next_back().is_none_or(|(&a, r)| a + r.size <= addr)
+                })
+            };
             if fits {
-                self.next_address = self.next_address.max(align_up(addr + size, self.granularity_bytes));
+                self.next_address = self.next_address.max(align_up(addr.saturating_add(size), self.granularity_bytes));
                 return addr;
             }
             self.counters.rejected_addresses += 1;
         }
+        if reservation {
+            return self.first_free_range(size);
+        }
         let addr = self.next_address;
         self.next_address = align_up(addr + size, self.granularity_bytes);
         addr
+    }
+
+    /// The lowest address from the base with `size` bytes clear of every
+    /// live range and reservation: how the driver hands out address space,
+    /// so a reservation freed and made again (the retry ladder's last
+    /// attempt) gets its old address back.
+    fn first_free_range(&mut self, size: u64) -> u64 {
+        let mut taken: Vec<(u64, u64)> = self.live.iter().map(|(&a, &s)| (a, a.saturating_add(s))).collect();
+        taken.extend(self.reservations.iter().map(|(&a, r)| (a, a.saturating_add(r.size))));
+        taken.sort_unstable();
+        let mut at = self.base_address;
+        for (start, end) in taken {
+            if end <= at {
+                continue;
+            }
+            if at.saturating_add(size) <= start {
+                break;
+            }
+            at = align_up(end, self.granularity_bytes);
+        }
+        self.next_address = self.next_address.max(align_up(at.saturating_add(size), self.granularity_bytes));
+        at
     }
 }
 
@@ -396,7 +459,7 @@ impl Device for SimDevice {
             self.counters.failed_mallocs += 1;
             return Err(DeviceError::OutOfMemory { requested_bytes: size_bytes });
         }
-        let addr = self.take_address(size_bytes);
+        let addr = self.take_address(size_bytes, false);
         self.live.insert(addr, size_bytes);
         self.used_bytes += size_bytes;
         self.counters.mallocs += 1;
@@ -458,7 +521,7 @@ impl Device for SimDevice {
         if let Some(base) = self.queued_reservations.pop_front() {
             self.queued_addresses.push_front(base);
         }
-        let addr = self.take_address(size_bytes);
+        let addr = self.take_address(size_bytes, true);
         self.reservations.insert(addr, Reservation { size: size_bytes, mapped: BTreeMap::new() });
         self.counters.reserves += 1;
         Ok(DeviceAddr(addr))

@@ -55,6 +55,50 @@ pub struct KeySets {
     pub entry: BTreeSet<String>,
 }
 
+/// The releases that could have written a file (both ends included), and
+/// the key that says the oldest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseRange {
+    /// The oldest release that writes every key the file has.
+    pub oldest: PytorchRelease,
+    /// The newest release that writes none of the keys the file lacks.
+    pub newest: PytorchRelease,
+    /// Which key fixes `oldest`.
+    pub evidence: String,
+}
+
+impl ReleaseRange {
+    /// The release lines in the range whose allocator rules differ, newest
+    /// first: the candidates a verify tries.
+    pub fn distinct_rules(&self) -> Vec<PytorchRelease> {
+        let mut out: Vec<PytorchRelease> = Vec::new();
+        let mut minor = self.newest.minor;
+        loop {
+            let r = PytorchRelease::new(self.newest.major, minor);
+            if out.last().is_none_or(|last| last.compat() != r.compat()) {
+                out.push(r);
+            }
+            if minor == 0 || PytorchRelease::new(self.newest.major, minor - 1) < self.oldest {
+                break;
+            }
+            minor -= 1;
+        }
+        out
+    }
+}
+
+impl std::fmt::Display for ReleaseRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.oldest == self.newest {
+            write!(f, "torch {}", self.oldest)
+        } else if self.newest == PytorchRelease::NEWEST {
+            write!(f, "torch {} or later", self.oldest)
+        } else {
+            write!(f, "torch {} to {}", self.oldest, self.newest)
+        }
+    }
+}
+
 /// A trace entry whose `action` vramkit does not model (a vendor fork's
 /// `workspace_snapshot`, a newer `annotate`, the viewer's legacy `free`...),
 /// kept as it was so that writing the file again keeps it.
@@ -113,36 +157,52 @@ impl SnapshotFile {
         }
     }
 
-    /// The oldest PyTorch release that writes everything this file has, and
-    /// what in the file says so; `None` when nothing does (no
-    /// `allocator_settings`: a release before 2.4, or a converted file).
-    /// Keys read off the releases' `libtorch_python.so`: trace entries'
-    /// `user_metadata` from 2.10, `compile_context` from 2.8; the top-level
-    /// `external_annotations` from 2.6; see also [`AllocatorSettings::release`].
-    pub fn release(&self) -> Option<(PytorchRelease, &'static str)> {
+    /// Which PyTorch releases could have written this file, from the keys
+    /// it has and the ones it lacks (read off each release's
+    /// `libtorch_python.so`): `allocator_settings` from 2.4, the top-level
+    /// `external_annotations` from 2.6, trace entries' `compile_context`
+    /// from 2.8, `graph_capture_record_stream_reuse` from 2.9, entries'
+    /// `user_metadata` from 2.10, `max_round_threshold` from 2.13, entries'
+    /// `internal_metadata` from 2.15. A missing entry key says something
+    /// only when the file has trace entries. `None` when the file records no
+    /// `allocator_settings` (a release before 2.4, or a converted file).
+    pub fn release_range(&self) -> Option<ReleaseRange> {
         let settings = self.allocator_settings.as_ref()?;
         let keys = self.keys.as_ref();
+        let has_entries = self.snapshot.device_traces.iter().any(|t| !t.is_empty());
         let entry_has = |k: &str| keys.is_some_and(|keys| keys.entry.contains(k));
-        let by_settings = settings.release();
-        let evidence = [
-            (by_settings, "allocator_settings keys"),
-            (if entry_has("user_metadata") { PytorchRelease::new(2, 10) } else { PytorchRelease::OLDEST }, "trace entries' user_metadata"),
-            (if entry_has("compile_context") { PytorchRelease::new(2, 8) } else { PytorchRelease::OLDEST }, "trace entries' compile_context"),
-            (
-                if self.external_annotations.is_some() { PytorchRelease::new(2, 6) } else { PytorchRelease::OLDEST },
-                "external_annotations",
-            ),
+        let setting_has = |k: &str| settings.other.iter().any(|(key, _)| key == k);
+        // (what, introduced in, present, its absence tells)
+        let marks = [
+            ("max_round_threshold", PytorchRelease::new(2, 13), setting_has("max_round_threshold"), true),
+            ("graph_capture_record_stream_reuse", PytorchRelease::new(2, 9), settings.graph_capture_record_stream_reuse.is_some(), true),
+            ("external_annotations", PytorchRelease::new(2, 6), self.external_annotations.is_some(), true),
+            ("internal_metadata", PytorchRelease::new(2, 15), entry_has("internal_metadata"), has_entries),
+            ("user_metadata", PytorchRelease::new(2, 10), entry_has("user_metadata"), has_entries),
+            ("compile_context", PytorchRelease::new(2, 8), entry_has("compile_context"), has_entries),
         ];
-        // The first of equal candidates names the evidence.
-        evidence.into_iter().rev().max_by_key(|(release, _)| *release)
+        let mut range = ReleaseRange { oldest: PytorchRelease::OLDEST, newest: PytorchRelease::NEWEST, evidence: "allocator_settings".into() };
+        for (what, since, present, absence_tells) in marks {
+            if present && since > range.oldest {
+                range.oldest = since;
+                range.evidence = format!("{what} (written since {since})");
+            } else if !present && absence_tells && since <= range.newest {
+                range.newest = PytorchRelease::new(since.major, since.minor - 1);
+            }
+        }
+        if range.newest < range.oldest {
+            // Keys of releases apart: trust what is there.
+            range.newest = range.oldest;
+        }
+        Some(range)
     }
 
     /// The settings the file was recorded with, under the allocator rules of
-    /// `release` when given, else of the release the file shows
-    /// ([`release`](Self::release)), else vramkit's defaults; PyTorch's
-    /// default settings when the file records none.
+    /// `release` when given, else of the newest release the file may come
+    /// from ([`release_range`](Self::release_range)), else vramkit's
+    /// defaults; PyTorch's default settings when the file records none.
     pub fn recorded_config(&self, release: Option<PytorchRelease>) -> AllocatorConfig {
-        let compat = release.or_else(|| self.release().map(|(r, _)| r)).map(|r| r.compat()).unwrap_or_default();
+        let compat = release.or_else(|| self.release_range().map(|r| r.newest)).map(|r| r.compat()).unwrap_or_default();
         match &self.allocator_settings {
             Some(settings) => settings.to_config_with(compat),
             None => AllocatorConfig { compat, ..AllocatorConfig::default() },

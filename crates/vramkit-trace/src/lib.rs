@@ -36,7 +36,7 @@ mod write;
 
 pub use encode::to_value;
 pub use error::TraceError;
-pub use file::{KeySets, SkippedEntry, SnapshotFile, SnapshotFormat};
+pub use file::{KeySets, ReleaseRange, SkippedEntry, SnapshotFile, SnapshotFormat};
 pub use json::write_value as write_json_value;
 pub use legacy::{HistoryEntry, LegacyHistory};
 pub use pickle::value::Value;

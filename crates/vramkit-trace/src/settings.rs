@@ -7,7 +7,7 @@ use crate::tree::Item;
 use std::collections::BTreeMap;
 use vramkit_core::rounding::ROUNDUP_INTERVALS;
 use vramkit_core::config::{Compat, Generation};
-use vramkit_core::{AllocatorConfig, PytorchRelease};
+use vramkit_core::AllocatorConfig;
 
 /// The top-level `allocator_settings` dict of newer snapshots. Every field
 /// is optional because PyTorch releases added keys over time.
@@ -46,21 +46,6 @@ impl AllocatorSettings {
             Generation::R26
         } else {
             Generation::R24
-        }
-    }
-
-    /// The oldest release that writes every key this dict has (read off the
-    /// releases' `libtorch_python.so`): `max_round_threshold` and
-    /// `max_cached_size` from 2.13, `graph_capture_record_stream_reuse` from
-    /// 2.9, the dict itself from 2.4.
-    pub fn release(&self) -> PytorchRelease {
-        let has = |key: &str| self.other.iter().any(|(k, _)| k == key);
-        if has("max_round_threshold") || has("max_cached_size") {
-            PytorchRelease::new(2, 13)
-        } else if self.graph_capture_record_stream_reuse.is_some() {
-            PytorchRelease::new(2, 9)
-        } else {
-            PytorchRelease::new(2, 4)
         }
     }
 

@@ -170,7 +170,8 @@ impl<D: Device> CachingAllocator<D> {
         self.pools[pool.0 as usize].unmapped.remove(&(stream, addr));
         self.blocks[id].mapped = true;
         if mapped_size < block_size {
-            let (next, registration_counter) = (self.blocks[id].next, self.blocks[id].registration_counter);
+            let next = self.blocks[id].next;
+            let registration_counter = self.register_split(self.blocks[id].registration_counter);
             let rest = self.blocks.insert(Block {
                 prev: Some(id),
                 next,
@@ -207,7 +208,7 @@ impl<D: Device> CachingAllocator<D> {
     /// 6.4: unmaps the whole pages inside the free block `id` (which is in
     /// its pool's free set), leaving free mapped parts before and after.
     pub(crate) fn unmap_block(&mut self, id: BlockId, context: &Option<Frames>) {
-        let (addr, size, seg_id, stream, pool, registration_counter) = {
+        let (addr, size, seg_id, stream, pool, from) = {
             let b = &self.blocks[id];
             (b.addr, b.size, b.expandable.expect("expandable"), b.stream, b.pool, b.registration_counter)
         };
@@ -221,7 +222,7 @@ impl<D: Device> CachingAllocator<D> {
         self.remove_from_pool(id);
         let before_size = unmapped_addr - addr;
         let after_size = size - before_size - unmapped_size;
-        let free_part = |a: u64, s: u64, prev, next| Block {
+        let free_part = |a: u64, s: u64, prev, next, registration_counter| Block {
             prev,
             next,
             expandable: Some(seg_id),
@@ -230,7 +231,8 @@ impl<D: Device> CachingAllocator<D> {
         };
         if before_size > 0 {
             let prev = self.blocks[id].prev;
-            let before = self.blocks.insert(free_part(addr, before_size, prev, Some(id)));
+            let counter = self.register_split(from);
+            let before = self.blocks.insert(free_part(addr, before_size, prev, Some(id), counter));
             if let Some(p) = prev {
                 self.blocks[p].next = Some(before);
             }
@@ -239,7 +241,8 @@ impl<D: Device> CachingAllocator<D> {
         }
         if after_size > 0 {
             let next = self.blocks[id].next;
-            let after = self.blocks.insert(free_part(unmapped_addr + unmapped_size, after_size, Some(id), next));
+            let counter = self.register_split(from);
+            let after = self.blocks.insert(free_part(unmapped_addr + unmapped_size, after_size, Some(id), next, counter));
             if let Some(n) = next {
                 self.blocks[n].prev = Some(after);
             }

@@ -83,6 +83,11 @@ impl<D: Device> CachingAllocator<D> {
                 }
             }
             let (mut cursor, mut prev, mut expected_addr, mut size, mut mapped_bytes) = (Some(head), None, h.addr, 0u64, 0u64);
+            // The end of the last mapped block: a reservation's unmapped tail
+            // may lie under later segments when its size (9/8 of the
+            // device's memory) is larger in a replay than where the trace
+            // was recorded; memory in use never overlaps.
+            let mut mapped_end = h.addr;
             let mut prev_free: Option<bool> = None;
             let segment_split = h.next.is_some();
             while let Some(id) = cursor {
@@ -125,6 +130,7 @@ impl<D: Device> CachingAllocator<D> {
                     }
                 } else {
                     mapped_bytes += b.size;
+                    mapped_end = b.addr + b.size;
                     let in_pool = self.pools[pool.0 as usize].blocks.contains(b.stream, b.free_key(), id);
                     if free != in_pool {
                         return violation("a block is in its pool iff it is free", format!("block at {:#x} free={free} in_pool={in_pool}", b.addr));
@@ -174,7 +180,7 @@ impl<D: Device> CachingAllocator<D> {
             }
             sums.reserved[k] += mapped_bytes as i64;
             total_reserved += mapped_bytes;
-            last_end = h.addr + size;
+            last_end = if segment.is_some() { mapped_end } else { h.addr + size };
         }
         if expandable_chains != self.live_expandable_segments().count() {
             return violation("every reservation has one chain", format!("{expandable_chains} chains"));

@@ -236,10 +236,11 @@ impl<D: Device> CachingAllocator<D> {
             // The free block keeps its identity as the remainder; a new block
             // takes its low end.
             let remaining = id;
-            let (addr, prev, registration_counter) = {
+            let (addr, prev, from) = {
                 let r = &self.blocks[remaining];
                 (r.addr, r.prev, r.registration_counter)
             };
+            let registration_counter = self.register_split(from);
             let new_block = self.blocks.insert(Block {
                 prev,
                 next: Some(remaining),

@@ -160,16 +160,27 @@ impl<D: Device> CachingAllocator<D> {
         allocator
     }
 
-    /// The registration counter of a new segment (a `cudaMalloc` or an
-    /// expandable reservation): creation order where the release breaks size
-    /// ties by it, else 0 for every segment (address order alone).
+    /// The registration counter of a new segment's block (a `cudaMalloc`
+    /// or an expandable reservation): creation order where the release
+    /// breaks size ties by age, else 0 for every block (address order).
     pub(crate) fn register_segment(&mut self) -> u32 {
-        if !self.config.compat.size_ties_by_segment_age {
+        if self.config.compat.size_ties == crate::config::SizeTies::Address {
             return 0;
         }
         let counter = self.next_registration_counter;
         self.next_registration_counter = counter.wrapping_add(1);
         counter
+    }
+
+    /// The registration counter of a block split off `from` (the allocated
+    /// part of a split, the parts a map or an unmap leaves): a new one under
+    /// torch 2.12's block-age rule, else `from`'s.
+    pub(crate) fn register_split(&mut self, from: u32) -> u32 {
+        if self.config.compat.size_ties == crate::config::SizeTies::BlockAge {
+            self.register_segment()
+        } else {
+            from
+        }
     }
 
     /// Sets the device index shown in snapshots, summaries and OOM messages.

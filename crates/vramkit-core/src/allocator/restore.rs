@@ -119,6 +119,7 @@ impl<D: Device> CachingAllocator<D> {
                 return Err(bad(format!("blocks {} and {i} are both inactive; PyTorch always merges free neighbours", i - 1)));
             }
             prev_free = free;
+            let registration_counter = if i == 0 { registration_counter } else { self.register_split(registration_counter) };
             let id = self.blocks.insert(Block {
                 requested_size: info.requested_size,
                 prev,

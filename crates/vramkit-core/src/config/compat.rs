@@ -12,6 +12,8 @@ pub enum Generation {
     V2_8,
     /// Late-2025 main, about PyTorch 2.10 and later: the default.
     R26,
+    /// PyTorch 2.12: R26, with size ties in the free sets broken by block age.
+    V2_12,
     /// PyTorch 2.13 and later: R26, with size ties in the free sets broken
     /// by segment age.
     V2_13,
@@ -41,12 +43,26 @@ pub struct Compat {
     /// Private pools are chosen first-registered-first (R24) instead of
     /// most-recent-first (R26).
     pub private_pool_first_registered: bool,
-    /// Free blocks of equal size are taken from the oldest segment first
-    /// (PyTorch's registration counter, given each `cudaMalloc` and each
-    /// expandable reservation in creation order), then by address: torch
-    /// 2.13 and later (`BlockComparatorSizeCounterAddress`). Before 2.13, by
-    /// address alone.
-    pub size_ties_by_segment_age: bool,
+    /// How the free sets order blocks of equal size (on one stream).
+    pub size_ties: SizeTies,
+}
+
+/// How the free sets order free blocks of equal size: which one best fit
+/// takes, and the order releases walk.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub enum SizeTies {
+    /// Lowest address first (`BlockComparatorSize`): up to torch 2.11.
+    #[default]
+    Address,
+    /// Oldest block first, by a counter every new block object gets: the
+    /// block of a new segment, the allocated part of a split, the parts an
+    /// unmap or a map leaves (`BlockComparatorRegistrationCounter`, no
+    /// address): torch 2.12.
+    BlockAge,
+    /// Oldest segment first, by a counter each `cudaMalloc` and each
+    /// expandable reservation gets and its blocks share, then lowest
+    /// address (`BlockComparatorSizeCounterAddress`): torch 2.13 and later.
+    SegmentAge,
 }
 
 impl Compat {
@@ -60,10 +76,12 @@ impl Compat {
         fraction_limit_when_ever_set: false,
         release_considers_expandable: false,
         private_pool_first_registered: false,
-        size_ties_by_segment_age: false,
+        size_ties: SizeTies::Address,
     };
-    /// PyTorch 2.13 and later.
-    pub const V2_13: Compat = Compat { size_ties_by_segment_age: true, ..Compat::R26 };
+    /// PyTorch 2.12: R26, with size ties broken by block age.
+    pub const V2_12: Compat = Compat { size_ties: SizeTies::BlockAge, ..Compat::R26 };
+    /// PyTorch 2.13 and later: R26, with size ties broken by segment age.
+    pub const V2_13: Compat = Compat { size_ties: SizeTies::SegmentAge, ..Compat::R26 };
     /// PyTorch 2.6 to 2.9.
     pub const V2_8: Compat = Compat {
         roundup_gt_overwrites_last: true,
@@ -74,7 +92,7 @@ impl Compat {
         fraction_limit_when_ever_set: true,
         release_considers_expandable: false,
         private_pool_first_registered: false,
-        size_ties_by_segment_age: false,
+        size_ties: SizeTies::Address,
     };
     /// Mid-2024 PyTorch (2.4).
     pub const R24: Compat = Compat {
@@ -86,7 +104,7 @@ impl Compat {
         fraction_limit_when_ever_set: true,
         release_considers_expandable: true,
         private_pool_first_registered: true,
-        size_ties_by_segment_age: false,
+        size_ties: SizeTies::Address,
     };
 
     /// The switches of one generation.
@@ -95,6 +113,7 @@ impl Compat {
             Generation::R24 => Self::R24,
             Generation::V2_8 => Self::V2_8,
             Generation::R26 => Self::R26,
+            Generation::V2_12 => Self::V2_12,
             Generation::V2_13 => Self::V2_13,
         }
     }

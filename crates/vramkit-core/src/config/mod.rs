@@ -14,7 +14,7 @@ mod error;
 mod parse;
 mod release;
 
-pub use compat::{Compat, Generation};
+pub use compat::{Compat, Generation, SizeTies};
 pub use release::PytorchRelease;
 pub use error::ConfigError;
 

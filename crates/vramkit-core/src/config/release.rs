@@ -6,6 +6,8 @@
 //! (the PyTorch harness in `crates/vramkit-pytorch` runs the real binaries).
 
 use super::compat::Compat;
+#[cfg(test)]
+use super::compat::SizeTies;
 use std::fmt;
 
 /// A PyTorch release line, `major.minor`: what vramkit needs to know to
@@ -23,6 +25,9 @@ impl PytorchRelease {
     pub const NEWEST: PytorchRelease = PytorchRelease::new(2, 15);
     /// The oldest release whose rules vramkit knows (measured on its binary).
     pub const OLDEST: PytorchRelease = PytorchRelease::new(2, 4);
+    /// The release whose rules [`Compat::default`] is: what vramkit follows
+    /// when nothing says which release to follow.
+    pub const DEFAULT_RULES: PytorchRelease = PytorchRelease::new(2, 11);
 
     /// `major.minor`.
     pub const fn new(major: u32, minor: u32) -> PytorchRelease {
@@ -48,18 +53,20 @@ impl PytorchRelease {
         match (self.major, self.minor) {
             (0..=1, _) | (2, 0..=5) => Compat::R24,
             (2, 6..=9) => Compat::V2_8,
-            (2, 10..=12) => Compat::R26,
+            (2, 10..=11) => Compat::R26,
+            (2, 12) => Compat::V2_12,
             _ => Compat::V2_13,
         }
     }
 
-    /// The rules in a few words, for reports: which behaviours differ.
+    /// What sets this release's rules apart, in a few words, for reports.
     pub fn rules(self) -> &'static str {
         match (self.major, self.minor) {
-            (0..=1, _) | (2, 0..=5) => "2.4 rules: size ties by address, fixed 20 MiB oversize tolerance",
-            (2, 6..=9) => "2.6-2.9 rules: size ties by address, max_non_split_rounding_mb",
-            (2, 10..=12) => "2.10-2.12 rules: size ties by address, large_segment_size_mb",
-            _ => "2.13+ rules: size ties by segment age, then address",
+            (0..=1, _) | (2, 0..=5) => "equal-size free blocks by address, a fixed 20 MiB oversize tolerance",
+            (2, 6..=9) => "equal-size free blocks by address, max_non_split_rounding_mb",
+            (2, 10..=11) => "equal-size free blocks by address, large_segment_size_mb",
+            (2, 12) => "equal-size free blocks by block age",
+            _ => "equal-size free blocks by segment age, then address",
         }
     }
 }
@@ -101,9 +108,10 @@ mod tests {
     fn each_line_has_its_rules() {
         assert_eq!(PytorchRelease::new(2, 4).compat(), Compat::R24);
         assert_eq!(PytorchRelease::new(2, 8).compat(), Compat::V2_8);
-        assert_eq!(PytorchRelease::new(2, 12).compat(), Compat::R26);
-        assert!(!PytorchRelease::new(2, 12).compat().size_ties_by_segment_age);
-        assert!(PytorchRelease::new(2, 13).compat().size_ties_by_segment_age);
-        assert!(PytorchRelease::NEWEST.compat().size_ties_by_segment_age);
+        assert_eq!(PytorchRelease::new(2, 11).compat(), Compat::R26);
+        assert_eq!(PytorchRelease::new(2, 12).compat().size_ties, SizeTies::BlockAge);
+        assert_eq!(PytorchRelease::new(2, 13).compat().size_ties, SizeTies::SegmentAge);
+        assert_eq!(PytorchRelease::NEWEST.compat().size_ties, SizeTies::SegmentAge);
+        assert_eq!(PytorchRelease::DEFAULT_RULES.compat(), Compat::default());
     }
 }
