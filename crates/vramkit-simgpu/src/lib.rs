@@ -4,6 +4,7 @@
 
 mod build;
 mod fetch;
+mod pins;
 mod preset;
 mod sources;
 mod stack;
@@ -13,6 +14,7 @@ mod venv;
 
 pub use build::RUNTIME_ALIASES;
 pub use fetch::Headers;
+pub use pins::pinned_cudnn_version;
 pub use preset::{Preset, PRESETS};
 pub use sources::{Source, SOURCES};
 pub use stack::{Stack, REQUIRE_ENV};

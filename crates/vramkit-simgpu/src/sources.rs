@@ -35,6 +35,7 @@ pub const SOURCES: &[Source] = &[
     Source { path: "lib/cusparse.c", text: include_str!("../c/lib/cusparse.c") },
     Source { path: "lib/nccl.c", text: include_str!("../c/lib/nccl.c") },
     Source { path: "lib/nvrtc.c", text: include_str!("../c/lib/nvrtc.c") },
+    Source { path: "lib/size_query.h", text: include_str!("../c/lib/size_query.h") },
 ];
 
 /// The runtime's translation units (it includes cudart.c, nvml.c and

@@ -58,6 +58,22 @@ impl TorchEnv {
         self.dir.join("bin").join("python")
     }
 
+    /// The environment the stubs need to report the NVIDIA library versions
+    /// this torch pins (`FAKECUDA_CUDNN_VERSION`): set it beside
+    /// [`Stack::env`](crate::Stack::env).
+    pub fn library_env(&self) -> Vec<(&'static str, String)> {
+        let metadata = std::fs::read_dir(self.dir.join("lib"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|python| python.path().join("site-packages").join(format!("torch-{}.dist-info", self.release.version)).join("METADATA"))
+            .find_map(|path| std::fs::read_to_string(path).ok());
+        match metadata.as_deref().and_then(crate::pins::pinned_cudnn_version) {
+            Some(version) => vec![("FAKECUDA_CUDNN_VERSION", version.to_string())],
+            None => Vec::new(),
+        }
+    }
+
     /// Installs `packages` (pip requirement strings) if they are not there.
     pub fn install(&self, packages: &[&str]) -> Result<(), String> {
         pip_install(&self.python(), packages).map_err(|e| format!("installing {} into {}: {e}", packages.join(" "), self.dir.display()))

@@ -6,7 +6,7 @@
 //! `torch~=2.6.0`) on an unnamed card that is not a Hopper (it kept cuBLAS
 //! workspaces of 8,519,680 bytes, PyTorch's size below compute capability 9).
 
-use crate::support::{release, run, scratch, simulated};
+use crate::support::{python, release, run, scratch, simulated};
 use std::path::{Path, PathBuf};
 use vramkit_core::{Snapshot, TraceAction};
 use vramkit_simgpu::Preset;
@@ -22,7 +22,7 @@ fn rerun(version: &str, card: &str, env: &[(&str, &str)]) -> Option<Snapshot> {
     torch.install(&["einops", "pandas"]).unwrap_or_else(|e| panic!("{e}"));
     let dir = scratch(&format!("silmont-{version}-{card}-{}", env.len()));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/faithful/silmont2000/trace_peak_memory.py");
-    let mut command = stack.command(torch.python(), &Preset::parse(card).unwrap_or_else(|e| panic!("{e}")));
+    let mut command = python(&stack, &torch, &Preset::parse(card).unwrap_or_else(|e| panic!("{e}")));
     command.arg(&script).current_dir(&dir).envs(env.iter().copied());
     let out = run(&mut command);
     assert!(out.success, "torch {version} on {card}: {}", out.tail());

@@ -96,9 +96,17 @@ pub fn run(command: &mut Command) -> Run {
     }
 }
 
+/// `env`'s Python on the simulated `preset`, its libraries reporting the
+/// versions this torch pins.
+pub fn python(stack: &Stack, env: &TorchEnv, preset: &Preset) -> Command {
+    let mut command = stack.command(env.python(), preset);
+    command.envs(env.library_env());
+    command
+}
+
 /// `tests/py/<script> <args>` under `env`'s Python on the simulated `preset`.
 pub fn script(stack: &Stack, env: &TorchEnv, preset: &Preset, script: &str, args: &[&str]) -> Command {
-    let mut command = stack.command(env.python(), preset);
+    let mut command = python(stack, env, preset);
     command.arg(scripts().join(script)).args(args).current_dir(scripts());
     command
 }

@@ -2,7 +2,7 @@
 //! winning over NVIDIA libraries a user has installed, and a pluggable
 //! allocator that allocates through the driver API, as vramkit's does.
 
-use crate::support::{number, preset, releases, run, scratch, scripts, simulated};
+use crate::support::{number, preset, python, releases, run, scratch, scripts, simulated};
 use std::path::Path;
 use std::process::Command;
 use vramkit_simgpu::{Stack, TorchEnv};
@@ -20,7 +20,7 @@ fn torch_sees_the_card_of_the_preset() {
         let Some((stack, env)) = simulated(release) else { return };
         for card in ["rtx4090", "h200", "24GiB"] {
             let preset = preset(card);
-            let mut command = stack.command(env.python(), &preset);
+            let mut command = python(&stack, &env, &preset);
             command.args(["-c", DESCRIBE]);
             let report = run(&mut command).report();
             let context = format!("{release} on {card}: {report}");
@@ -31,7 +31,9 @@ fn torch_sees_the_card_of_the_preset() {
             let (major, minor) = preset.compute_capability;
             assert_eq!(report["capability"], serde_json::json!([major, minor]), "{context}");
             assert_eq!(number(&report, "sm_count"), u64::from(preset.sm_count), "{context}");
-            assert!(number(&report, "cudnn") >= 90000, "cuDNN 9: {context}");
+            let pinned: u64 = env.library_env().iter().find(|(k, _)| *k == "FAKECUDA_CUDNN_VERSION").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+            assert!(pinned >= 90000, "{release} pins a cuDNN 9");
+            assert_eq!(number(&report, "cudnn"), pinned, "torch reports the cuDNN its wheel pins: {context}");
             assert!(report["cuda"].as_str().is_some_and(|v| v.starts_with(&stack.cuda_major().to_string())), "{context}");
         }
     }
@@ -92,7 +94,7 @@ fn the_stubs_win_over_nvidia_libraries_a_user_has_installed() {
     for release in releases() {
         let Some((stack, env)) = simulated(release) else { return };
         let overlay = poisoned_overlay(&env, &stack);
-        let mut preloaded = stack.command(env.python(), &preset("a100-80gb"));
+        let mut preloaded = python(&stack, &env, &preset("a100-80gb"));
         preloaded.env("PYTHONPATH", &overlay).args(["-c", matmul]);
         let out = run(&mut preloaded);
         assert!(out.success && out.stdout.contains("matmul torch.Size([64, 64])"), "{release}: {}", out.tail());
@@ -100,7 +102,7 @@ fn the_stubs_win_over_nvidia_libraries_a_user_has_installed() {
         // The same with the stack on LD_LIBRARY_PATH only: torch's RPATH
         // finds the installed library first. This is why the stack is
         // preloaded.
-        let mut path_only = stack.command(env.python(), &preset("a100-80gb"));
+        let mut path_only = python(&stack, &env, &preset("a100-80gb"));
         path_only.env_remove("LD_PRELOAD").env("PYTHONPATH", &overlay).args(["-c", matmul]);
         let out = run(&mut path_only);
         assert!(!out.success, "{release}: the poisoned library was expected to win without LD_PRELOAD:\n{}", out.tail());
@@ -118,7 +120,7 @@ fn a_pluggable_allocator_allocating_through_the_driver_trains() {
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/driver_allocator.c");
         let built = run(Command::new(cc).args(["-shared", "-fPIC", "-O1", "-o"]).arg(&library).arg(&source).arg("-ldl"));
         assert!(built.success, "{}", built.tail());
-        let mut command = stack.command(env.python(), &preset("a100-80gb"));
+        let mut command = python(&stack, &env, &preset("a100-80gb"));
         command.arg(scripts().join("pluggable.py")).arg(&library);
         let report = run(&mut command).report();
         assert!(number(&report, "allocations") >= 6, "{release}: every tensor through the driver: {report}");

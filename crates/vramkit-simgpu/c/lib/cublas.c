@@ -15,7 +15,7 @@ typedef struct { void *stream; void *workspace; size_t workspace_bytes; int math
 
 STUB_EXPORT int cublasCreate_v2(Handle **h) { *h = simgpu_object(sizeof(Handle)); return 0; }
 STUB_EXPORT int cublasDestroy_v2(Handle *h) { free(h); return 0; }
-STUB_EXPORT int cublasGetVersion_v2(Handle *h, int *version) { (void)h; *version = VERSION; return 0; }
+STUB_EXPORT int cublasGetVersion_v2(Handle *h, int *version) { *version = VERSION; return 0; }
 STUB_EXPORT int cublasGetProperty(int type, int *value) {
   *value = type == 0 ? VERSION / 10000 : type == 1 ? VERSION / 100 % 100 : VERSION % 100;
   return 0;

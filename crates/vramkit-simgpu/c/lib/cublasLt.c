@@ -27,10 +27,9 @@ STUB_EXPORT size_t cublasLtGetVersion(void) { return VERSION; }
 STUB_EXPORT size_t cublasLtGetCudartVersion(void) { return (size_t)SIMGPU_CUDA_MAJOR * 1000; }
 STUB_EXPORT int cublasLtCreate(void **h) { *h = simgpu_object(16); return 0; }
 STUB_EXPORT int cublasLtDestroy(void *h) { free(h); return 0; }
-STUB_EXPORT int cublasLtMatmulDescCreate(void **d, int compute, int scale) { (void)compute; (void)scale; *d = simgpu_object(16); return 0; }
+STUB_EXPORT int cublasLtMatmulDescCreate(void **d, int compute, int scale) { *d = simgpu_object(16); return 0; }
 STUB_EXPORT int cublasLtMatmulDescDestroy(void *d) { free(d); return 0; }
 STUB_EXPORT int cublasLtMatrixLayoutCreate(void **l, int type, uint64_t rows, uint64_t cols, int64_t ld) {
-  (void)type; (void)rows; (void)cols; (void)ld;
   *l = simgpu_object(16);
   return 0;
 }
@@ -44,24 +43,20 @@ static void one_result(HeuristicResult *r) {
 }
 STUB_EXPORT int cublasLtMatmulAlgoGetHeuristic(void *h, void *op, void *a, void *b, void *c, void *d, void *pref,
                                                int requested, HeuristicResult *results, int *returned) {
-  (void)h; (void)op; (void)a; (void)b; (void)c; (void)d; (void)pref;
   *returned = requested > 0 ? 1 : 0;
   if (requested > 0) one_result(&results[0]);
   return 0;
 }
 STUB_EXPORT int cublasLtMatmulAlgoCheck(void *h, void *op, void *a, void *b, void *c, void *d, const void *algo,
                                         HeuristicResult *result) {
-  (void)h; (void)op; (void)a; (void)b; (void)c; (void)d; (void)algo;
   one_result(result);
   return 0;
 }
 STUB_EXPORT int cublasLtMatmulAlgoInit(void *h, int compute, int scale, int a, int b, int c, int d, int id, uint64_t *algo) {
-  (void)h; (void)compute; (void)scale; (void)a; (void)b; (void)c; (void)d; (void)id;
   memset(algo, 0, 8 * sizeof *algo);
   return 0;
 }
 STUB_EXPORT int cublasLtMatmulAlgoConfigGetAttribute(const void *algo, int attribute, void *buf, size_t size, size_t *written) {
-  (void)algo; (void)attribute;
   if (buf) memset(buf, 0, size);
   if (written) *written = size;
   return 0;

@@ -126,7 +126,6 @@ SIZE_QUERY(cudnnGetCTCLossWorkspaceSize,
 SIZE_QUERY(cudnnGetCTCLossWorkspaceSize_v8, (void *h, int algo, void *ctc, void *probs, void *grads, size_t *s), s)
 #undef SIZE_QUERY
 STUB_EXPORT int cudnnGetRNNTempSpaceSizes(void *h, void *rnn, int mode, void *x, size_t *work, size_t *reserve) {
-  (void)h; (void)rnn; (void)mode; (void)x;
   *work = 0;
   if (reserve) *reserve = 0;
   return 0;
@@ -148,23 +147,19 @@ static int one_algorithm(int requested, int *returned, AlgoPerf *perf) {
 }
 STUB_EXPORT int cudnnGetConvolutionForwardAlgorithm_v7(void *h, void *x, void *w, void *c, void *y, int requested,
                                                        int *returned, AlgoPerf *perf) {
-  (void)h; (void)x; (void)w; (void)c; (void)y;
   return one_algorithm(requested, returned, perf);
 }
 STUB_EXPORT int cudnnGetConvolutionBackwardDataAlgorithm_v7(void *h, void *w, void *dy, void *c, void *dx, int requested,
                                                             int *returned, AlgoPerf *perf) {
-  (void)h; (void)w; (void)dy; (void)c; (void)dx;
   return one_algorithm(requested, returned, perf);
 }
 STUB_EXPORT int cudnnGetConvolutionBackwardFilterAlgorithm_v7(void *h, void *x, void *dy, void *c, void *dw, int requested,
                                                               int *returned, AlgoPerf *perf) {
-  (void)h; (void)x; (void)dy; (void)c; (void)dw;
   return one_algorithm(requested, returned, perf);
 }
 #define FIND(name)                                                                                            \
   STUB_EXPORT int name(void *h, void *a, void *pa, void *b, void *pb, void *c, void *d, void *pd, int requested, \
-                       int *returned, AlgoPerf *perf, void *ws, size_t ws_bytes) {                            \
-    (void)h; (void)a; (void)pa; (void)b; (void)pb; (void)c; (void)d; (void)pd; (void)ws; (void)ws_bytes;      \
+                       int *returned, AlgoPerf *perf, void *ws, size_t ws_bytes) {                           \
     return one_algorithm(requested, returned, perf);                                                          \
   }
 FIND(cudnnFindConvolutionForwardAlgorithmEx)

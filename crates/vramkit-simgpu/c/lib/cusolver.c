@@ -1,9 +1,10 @@
 /*
- * cuSOLVER: the creators hand out objects through their first argument.
- * Buffer-size queries are generated no-ops (linear algebra is not
- * simulated).
+ * cuSOLVER: the creators hand out objects through their first argument,
+ * and every workspace query torch makes answers 0 (size_query.h).
+ * Factorisations themselves are generated no-ops.
  */
 #include "../stub.h"
+#include "size_query.h"
 
 #define CREATOR(name) STUB_EXPORT int name(void **out) { *out = simgpu_object(16); return 0; }
 CREATOR(cusolverDnCreate)
@@ -11,3 +12,62 @@ CREATOR(cusolverDnCreateParams)
 CREATOR(cusolverDnCreateSyevjInfo)
 CREATOR(cusolverDnCreateGesvdjInfo)
 #undef CREATOR
+
+SIZE_QUERY(cusolverDnCgeqrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnCgesvd_bufferSize, int, 4)
+SIZE_QUERY(cusolverDnCgesvdaStridedBatched_bufferSize, int, 17)
+SIZE_QUERY(cusolverDnCgesvdjBatched_bufferSize, int, 12)
+SIZE_QUERY(cusolverDnCgesvdj_bufferSize, int, 13)
+SIZE_QUERY(cusolverDnCgetrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnCheevd_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnCheevjBatched_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnCheevj_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnCpotrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnCsytrf_bufferSize, int, 5)
+SIZE_QUERY(cusolverDnCungqr_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnCunmqr_bufferSize, int, 12)
+SIZE_QUERY(cusolverDnDgeqrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnDgesvd_bufferSize, int, 4)
+SIZE_QUERY(cusolverDnDgesvdaStridedBatched_bufferSize, int, 17)
+SIZE_QUERY(cusolverDnDgesvdjBatched_bufferSize, int, 12)
+SIZE_QUERY(cusolverDnDgesvdj_bufferSize, int, 13)
+SIZE_QUERY(cusolverDnDgetrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnDorgqr_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnDormqr_bufferSize, int, 12)
+SIZE_QUERY(cusolverDnDpotrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnDsyevd_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnDsyevjBatched_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnDsyevj_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnDsytrf_bufferSize, int, 5)
+SIZE_QUERY(cusolverDnSgeqrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnSgesvd_bufferSize, int, 4)
+SIZE_QUERY(cusolverDnSgesvdaStridedBatched_bufferSize, int, 17)
+SIZE_QUERY(cusolverDnSgesvdjBatched_bufferSize, int, 12)
+SIZE_QUERY(cusolverDnSgesvdj_bufferSize, int, 13)
+SIZE_QUERY(cusolverDnSgetrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnSorgqr_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnSormqr_bufferSize, int, 12)
+SIZE_QUERY(cusolverDnSpotrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnSsyevd_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnSsyevjBatched_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnSsyevj_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnSsytrf_bufferSize, int, 5)
+SIZE_QUERY(cusolverDnXgeev_bufferSize, int64_t, 18, 19)
+SIZE_QUERY(cusolverDnXgeqrf_bufferSize, int64_t, 11, 12)
+SIZE_QUERY(cusolverDnXpotrf_bufferSize, int64_t, 9, 10)
+SIZE_QUERY(cusolverDnXsyevBatched_bufferSize, int64_t, 12, 13)
+SIZE_QUERY(cusolverDnXsyevd_bufferSize, int64_t, 12, 13)
+SIZE_QUERY(cusolverDnXsytrs_bufferSize, int64_t, 12, 13)
+SIZE_QUERY(cusolverDnZgeqrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnZgesvd_bufferSize, int, 4)
+SIZE_QUERY(cusolverDnZgesvdaStridedBatched_bufferSize, int, 17)
+SIZE_QUERY(cusolverDnZgesvdjBatched_bufferSize, int, 12)
+SIZE_QUERY(cusolverDnZgesvdj_bufferSize, int, 13)
+SIZE_QUERY(cusolverDnZgetrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnZheevd_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnZheevjBatched_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnZheevj_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnZpotrf_bufferSize, int, 6)
+SIZE_QUERY(cusolverDnZsytrf_bufferSize, int, 5)
+SIZE_QUERY(cusolverDnZungqr_bufferSize, int, 8)
+SIZE_QUERY(cusolverDnZunmqr_bufferSize, int, 12)
