@@ -29,6 +29,7 @@ pub const SOURCES: &[Source] = &[
     Source { path: "lib/cublasLt.c", text: include_str!("../c/lib/cublasLt.c") },
     Source { path: "lib/cudnn.c", text: include_str!("../c/lib/cudnn.c") },
     Source { path: "lib/cudnn_backend.c", text: include_str!("../c/lib/cudnn_backend.c") },
+    Source { path: "lib/cudnn_rnn.c", text: include_str!("../c/lib/cudnn_rnn.c") },
     Source { path: "lib/cufft.c", text: include_str!("../c/lib/cufft.c") },
     Source { path: "lib/cupti.c", text: include_str!("../c/lib/cupti.c") },
     Source { path: "lib/cusolver.c", text: include_str!("../c/lib/cusolver.c") },

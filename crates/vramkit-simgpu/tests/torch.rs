@@ -127,3 +127,17 @@ fn a_pluggable_allocator_allocating_through_the_driver_trains() {
         assert_eq!(report["weight_sum_after_copy_back"], 0.0, "{release}: device reads give zeros: {report}");
     }
 }
+
+#[test]
+fn recurrent_networks_lay_their_weights_out_in_cudnns_buffer() {
+    for release in releases() {
+        let Some((stack, env)) = simulated(release) else { return };
+        let mut command = python(&stack, &env, &preset("l4"));
+        command.arg(scripts().join("rnns.py"));
+        let report = run(&mut command).report();
+        assert_eq!(report["cudnn"], true, "{release}: {report}");
+        for (name, outcome) in report.as_object().into_iter().flatten().filter(|(k, _)| *k != "cudnn") {
+            assert_eq!(outcome, "ok", "{release}: {name}");
+        }
+    }
+}

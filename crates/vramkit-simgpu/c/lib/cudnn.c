@@ -6,9 +6,9 @@
  * backend (graph) API that cudnn_frontend drives for convolutions and
  * attention, answered per descriptor type and attribute.
  *
- * Workspace and reserve sizes are 0: the real ones depend on the engine the
- * library picks on a given card, which is not simulated. Compute calls are
- * generated no-ops.
+ * Workspace and reserve sizes are 0 (but an RNN's reserve, see
+ * cudnn_rnn.c): the real ones depend on the engine the library picks on a
+ * given card, which is not simulated. Compute calls are generated no-ops.
  */
 #include "../stub.h"
 
@@ -63,8 +63,6 @@ CREATE_DESTROY(ConvolutionDescriptor)
 CREATE_DESTROY(ActivationDescriptor)
 CREATE_DESTROY(PoolingDescriptor)
 CREATE_DESTROY(DropoutDescriptor)
-CREATE_DESTROY(RNNDescriptor)
-CREATE_DESTROY(RNNDataDescriptor)
 CREATE_DESTROY(CTCLossDescriptor)
 CREATE_DESTROY(SpatialTransformerDescriptor)
 #undef CREATE_DESTROY
@@ -119,17 +117,11 @@ SIZE_QUERY(cudnnGetBatchNormalizationBackwardExWorkspaceSize,
 SIZE_QUERY(cudnnGetBatchNormalizationTrainingExReserveSpaceSize, (void *h, int mode, int ops, void *act, void *x, size_t *s), s)
 SIZE_QUERY(cudnnDropoutGetStatesSize, (void *h, size_t *s), s)
 SIZE_QUERY(cudnnDropoutGetReserveSpaceSize, (void *x, size_t *s), s)
-SIZE_QUERY(cudnnGetRNNWeightSpaceSize, (void *h, void *rnn, size_t *s), s)
 SIZE_QUERY(cudnnGetCTCLossWorkspaceSize,
            (void *h, void *probs, void *grads, const int *labels, const int *label_lengths, const int *input_lengths, int algo,
             void *ctc, size_t *s), s)
 SIZE_QUERY(cudnnGetCTCLossWorkspaceSize_v8, (void *h, int algo, void *ctc, void *probs, void *grads, size_t *s), s)
 #undef SIZE_QUERY
-STUB_EXPORT int cudnnGetRNNTempSpaceSizes(void *h, void *rnn, int mode, void *x, size_t *work, size_t *reserve) {
-  *work = 0;
-  if (reserve) *reserve = 0;
-  return 0;
-}
 
 /* ---- v7 algorithm queries: one deterministic algorithm ------------------ */
 /* cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t share this layout. */
@@ -168,3 +160,4 @@ FIND(cudnnFindConvolutionBackwardFilterAlgorithmEx)
 #undef FIND
 
 #include "cudnn_backend.c"
+#include "cudnn_rnn.c"
