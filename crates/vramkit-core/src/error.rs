@@ -24,6 +24,9 @@ pub enum Error {
     /// A settings string or value was refused.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A private-pool call was refused.
+    #[error(transparent)]
+    Pool(#[from] crate::allocator::PoolError),
     /// `set_memory_fraction` with a value outside [0, 1].
     #[error("invalid memory fraction {fraction}: the allowed range is 0.0 to 1.0 (PyTorch: \"Invalid fraction value: {fraction}. Allowed range: 0~1\")")]
     InvalidFraction {

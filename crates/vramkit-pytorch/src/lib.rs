@@ -35,4 +35,4 @@ pub use build::{cache_dir, Harness, REQUIRE_ENV};
 pub use program::{Op, Program};
 pub use random::{random_program, Shape};
 pub use release::{Release, RELEASES};
-pub use run::{Outcome, Setup};
+pub use run::{Outcome, Setup, DEFAULT_CAPACITY};

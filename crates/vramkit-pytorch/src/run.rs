@@ -6,12 +6,17 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+/// The fake device's memory when [`Setup::capacity`] does not say: 80 GiB
+/// (`FAKECUDA_TOTAL`'s default in `c/cudart.c`).
+pub const DEFAULT_CAPACITY: u64 = 80 << 30;
+
 /// How the fake device and PyTorch are set up for one run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Setup {
     /// `PYTORCH_CUDA_ALLOC_CONF` (unset when `None`).
     pub conf: Option<String>,
-    /// The device's memory in bytes (`cudaMalloc` refuses past it); 80 GiB when `None`.
+    /// The device's memory in bytes (`cudaMalloc` refuses past it);
+    /// [`DEFAULT_CAPACITY`] when `None`.
     pub capacity: Option<u64>,
     /// Recorded events stay pending until the program completes them
     /// (`c`), so `record_stream` frees are deferred as on a busy GPU.

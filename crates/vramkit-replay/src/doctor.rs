@@ -396,7 +396,7 @@ pub fn explain_oom(trace: &DeviceTrace, recorded: &AllocatorConfig) -> Result<Op
     let device = SimDevice::new(u64::MAX).with_event_mode(vramkit_sim::EventMode::Manual);
     let mut model = start_model(&start, recorded, device)?;
     let mut driver = Driver::new(&trace.events, runs);
-    driver.adopt_pending(&mut model);
+    driver.begin(&mut model, trace, &start.segments);
     for i in 0..at {
         driver.step(&mut model, i);
     }

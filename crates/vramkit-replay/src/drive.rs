@@ -23,10 +23,12 @@
 //! settings (`verify`'s pass); the judgements are kept as a [`Reading`],
 //! which replays under other settings follow.
 
+use crate::pools::{route, PoolRouting};
 use crate::releases::{releases, replay_as_empty_cache, request_after, ReleaseRun};
+use crate::trace::DeviceTrace;
 use std::borrow::Cow;
 use crate::AddrMap;
-use vramkit_core::{CachingAllocator, DeviceAddr, Error, StreamId, TraceAction, TraceEntry};
+use vramkit_core::{CachingAllocator, DeviceAddr, Error, SegmentInfo, StreamId, TraceAction, TraceEntry};
 use vramkit_sim::SimDevice;
 
 /// Streams the driver makes up for held blocks start here, far from real handles.
@@ -94,11 +96,16 @@ pub(crate) struct Driver<'a> {
     /// that may not come: completed after the next `malloc`.
     overdue: Vec<StreamId>,
     next_hold: u64,
+    /// The private pool of each allocation and pool-segment release.
+    routing: PoolRouting,
 }
 
 impl<'a> Driver<'a> {
-    /// Pending blocks of the start state wait on events like every other hold.
-    pub fn adopt_pending(&mut self, model: &mut CachingAllocator<SimDevice>) {
+    /// Before the first entry: routes each allocation to its private pool
+    /// (see `pools`), and the start state's pending blocks wait on events
+    /// like every other hold.
+    pub fn begin(&mut self, model: &mut CachingAllocator<SimDevice>, trace: &DeviceTrace, start: &[SegmentInfo]) {
+        self.routing = route(trace, start);
         for p in model.held_addresses() {
             let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
             self.next_hold += 1;
@@ -142,6 +149,7 @@ impl<'a> Driver<'a> {
             holds: AddrMap::default(),
             overdue: Vec::new(),
             next_hold: 0,
+            routing: PoolRouting::default(),
         }
     }
 
@@ -158,6 +166,7 @@ impl<'a> Driver<'a> {
             holds: AddrMap::default(),
             overdue: Vec::new(),
             next_hold: 0,
+            routing: PoolRouting::default(),
         })
     }
 
@@ -175,7 +184,10 @@ impl<'a> Driver<'a> {
         let e = &self.events[i];
         match e.action {
             TraceAction::Alloc => {
-                let got = model.malloc(e.size, StreamId(e.stream));
+                let got = match self.routing.pool(i) {
+                    Some(pool) => model.malloc_in_pool(e.size, StreamId(e.stream), pool),
+                    None => model.malloc(e.size, StreamId(e.stream)),
+                };
                 model.device_mut().clear_queued_addresses();
                 for stream in self.overdue.drain(..) {
                     model.device_mut().complete_stream(stream);
@@ -237,6 +249,14 @@ impl<'a> Driver<'a> {
                 Step::Other
             }
             TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
+                // A release that frees a private pool's segment: every user
+                // of the pool had released it by then.
+                let run = self.events[i..].iter().take_while(|x| matches!(x.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap));
+                for j in i..i + run.count() {
+                    if let Some(pool) = self.routing.pool(j) {
+                        model.release_pool_entirely(pool);
+                    }
+                }
                 let call = if self.following {
                     self.reading.calls.binary_search(&i).is_ok()
                 } else {

@@ -21,6 +21,7 @@
 
 pub mod doctor;
 mod drive;
+mod pools;
 pub mod metrics;
 pub mod model;
 pub mod oracle;

@@ -102,7 +102,7 @@ fn run(trace: &DeviceTrace, options: &ModelOptions, keep_peak: bool) -> Result<(
             trace.events.len()
         ))
     })?;
-    driver.adopt_pending(&mut model);
+    driver.begin(&mut model, trace, &start.segments);
     let mut live_requested: AddrMap<u64> = AddrMap::default();
     let mut failed: AddrMap<()> = AddrMap::default();
     let mut peak_reserved = 0i64;

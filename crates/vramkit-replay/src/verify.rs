@@ -151,7 +151,7 @@ fn recorded_pass(
 
     let events = &trace.events;
     let mut driver = Driver::new(events, runs);
-    driver.adopt_pending(&mut model);
+    driver.begin(&mut model, trace, &start.segments);
     let mut first_divergence = None;
     let (mut alloc_events, mut placed_same) = (0u64, 0u64);
     for (i, e) in events.iter().enumerate() {

@@ -181,7 +181,8 @@ impl<D: Device> CachingAllocator<D> {
         if self.set_fraction && self.total_allocated_memory.saturating_add(size) > self.allowed_memory_maximum {
             return Ok(false);
         }
-        if self.expandable_active() {
+        let private = self.pools[params.pool.0 as usize].owner != (0, 0);
+        if self.expandable_active() && (!private || self.config.compat.expandable_in_private_pools) {
             let block = self.try_allocate_expandable_block(params, context)?;
             params.block = block;
             return Ok(block.is_some());

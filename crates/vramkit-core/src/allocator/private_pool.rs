@@ -115,6 +115,33 @@ impl<D: Device> CachingAllocator<D> {
         Ok(())
     }
 
+    /// A request served from private pool `id` (made with one user if it
+    /// does not exist), as when a capture routes this one request there:
+    /// for replays, which know where an allocation went but not when the
+    /// capture began and ended. The pool's users do not change.
+    pub fn malloc_in_pool(&mut self, size: u64, stream: StreamId, id: MempoolId) -> Result<crate::device::DeviceAddr, crate::Error> {
+        if !self.private_pools.contains_key(&id) {
+            self.create_pool(id)?;
+        }
+        self.captures_underway.push((id, StreamFilter::All));
+        let result = self.malloc(size, stream);
+        self.captures_underway.retain(|(c, f)| !(*c == id && *f == StreamFilter::All));
+        result
+    }
+
+    /// Every user of private pool `id` has released it: from now on
+    /// `empty_cache` frees its whole segments. For replays, which see that
+    /// only when a release frees one of them. No-op for an unknown or
+    /// already freeable pool.
+    pub fn release_pool_entirely(&mut self, id: MempoolId) {
+        if let Some(p) = self.private_pools.get_mut(&id) {
+            if p.use_count > 0 {
+                p.use_count = 0;
+                self.freeable_pools.push(id);
+            }
+        }
+    }
+
     /// Ids of the live private pools.
     pub fn private_pool_ids(&self) -> Vec<MempoolId> {
         self.private_pools.keys().copied().collect()

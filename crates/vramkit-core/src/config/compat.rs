@@ -45,6 +45,10 @@ pub struct Compat {
     pub private_pool_first_registered: bool,
     /// How the free sets order blocks of equal size (on one stream).
     pub size_ties: SizeTies,
+    /// With expandable segments on, private pools grow expandable segments
+    /// too (2.6 and later); torch 2.4 gives them classic `cudaMalloc`
+    /// segments (measured on the binaries).
+    pub expandable_in_private_pools: bool,
 }
 
 /// How the free sets order free blocks of equal size: which one best fit
@@ -77,6 +81,7 @@ impl Compat {
         release_considers_expandable: false,
         private_pool_first_registered: false,
         size_ties: SizeTies::Address,
+        expandable_in_private_pools: true,
     };
     /// PyTorch 2.12: R26, with size ties broken by block age.
     pub const V2_12: Compat = Compat { size_ties: SizeTies::BlockAge, ..Compat::R26 };
@@ -93,6 +98,7 @@ impl Compat {
         release_considers_expandable: false,
         private_pool_first_registered: false,
         size_ties: SizeTies::Address,
+        expandable_in_private_pools: true,
     };
     /// Mid-2024 PyTorch (2.4).
     pub const R24: Compat = Compat {
@@ -105,6 +111,7 @@ impl Compat {
         release_considers_expandable: true,
         private_pool_first_registered: true,
         size_ties: SizeTies::Address,
+        expandable_in_private_pools: false,
     };
 
     /// The switches of one generation.

@@ -1,0 +1,115 @@
+//! Which private pool each allocation of a trace went to.
+//!
+//! PyTorch routes a request to a private pool (a CUDA graph's, a
+//! `torch.cuda.MemPool`) while a capture on its stream is underway, and
+//! records neither the routing nor the capture: trace entries carry no pool
+//! id. Segments do, in the snapshot's state: a segment alive at the window
+//! start or at its end names its pool (`segment_pool_id`), and every
+//! allocation placed in it went to that pool. A segment made and freed
+//! inside the window names none; an allocation placed in one takes the pool
+//! of the allocations around it on its stream (a capture routes every
+//! request on its stream, so a run of one stream's requests between two
+//! requests of one pool was all that pool's), else the default pools.
+//!
+//! A pool's segments are freed only once every user released it; a release
+//! that frees one says the pool had become freeable by then.
+
+use crate::trace::DeviceTrace;
+use std::collections::BTreeMap;
+use vramkit_core::snapshot::MempoolId;
+use vramkit_core::{SegmentInfo, TraceAction};
+
+const DEFAULT: MempoolId = (0, 0);
+
+/// Per trace entry: the private pool of an `alloc`, or of the segment a
+/// `segment_free` releases; `None` for the default pools and other entries.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct PoolRouting {
+    pools: Vec<Option<MempoolId>>,
+}
+
+impl PoolRouting {
+    /// The private pool entry `i` went to, if any.
+    pub fn pool(&self, i: usize) -> Option<MempoolId> {
+        self.pools.get(i).copied().flatten()
+    }
+}
+
+/// One segment's life in the window.
+struct Instance {
+    size: u64,
+    /// Its pool, when the state at an end of the window names it.
+    pool: Option<MempoolId>,
+    /// Entries that placed an allocation in it, or freed it.
+    entries: Vec<usize>,
+}
+
+/// Routes every entry of `trace`, whose window starts in `start` (the
+/// rebuilt start state's segments).
+pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo]) -> PoolRouting {
+    let n = trace.events.len();
+    let uses_pools = start.iter().chain(&trace.end_segments).any(|s| s.segment_pool_id != DEFAULT);
+    if !uses_pools {
+        return PoolRouting { pools: vec![None; n] };
+    }
+    // Live segments by address, and every segment seen.
+    let mut live: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut instances: Vec<Instance> = Vec::new();
+    for s in start {
+        live.insert(s.address, instances.len());
+        instances.push(Instance { size: s.total_size, pool: Some(s.segment_pool_id), entries: Vec::new() });
+    }
+    let mut label: Vec<Option<usize>> = vec![None; n];
+    for (i, e) in trace.events.iter().enumerate() {
+        match e.action {
+            TraceAction::SegmentAlloc => {
+                live.insert(e.addr, instances.len());
+                instances.push(Instance { size: e.size, pool: None, entries: Vec::new() });
+            }
+            TraceAction::SegmentFree => {
+                if let Some(k) = live.remove(&e.addr) {
+                    instances[k].entries.push(i);
+                    label[i] = Some(k);
+                }
+            }
+            TraceAction::Alloc => {
+                let k = live.range(..=e.addr).next_back().map(|(&a, &k)| (a, k)).filter(|&(a, k)| e.addr < a + instances[k].size);
+                if let Some((_, k)) = k {
+                    instances[k].entries.push(i);
+                    label[i] = Some(k);
+                }
+            }
+            _ => {}
+        }
+    }
+    for s in &trace.end_segments {
+        if let Some(&k) = live.get(&s.address) {
+            if instances[k].size == s.total_size {
+                instances[k].pool = Some(s.segment_pool_id);
+            }
+        }
+    }
+    // Known pools first; then an unknown segment takes the pool its
+    // allocations' stream neighbours agree on.
+    let mut pools: Vec<Option<MempoolId>> = (0..n).map(|i| label[i].and_then(|k| instances[k].pool)).collect();
+    let mut by_stream: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, e) in trace.events.iter().enumerate() {
+        if e.action == TraceAction::Alloc {
+            by_stream.entry(e.stream).or_default().push(i);
+        }
+    }
+    for inst in instances.iter().filter(|inst| inst.pool.is_none()) {
+        let allocs: Vec<usize> = inst.entries.iter().copied().filter(|&i| trace.events[i].action == TraceAction::Alloc).collect();
+        let pool = allocs.iter().find_map(|&i| {
+            let on_stream = &by_stream[&trace.events[i].stream];
+            let at = on_stream.binary_search(&i).ok()?;
+            let before = on_stream[..at].iter().rev().find_map(|&j| pools[j]);
+            let after = on_stream[at + 1..].iter().find_map(|&j| pools[j]);
+            (before.is_some() && before == after).then_some(before).flatten()
+        });
+        for &i in &inst.entries {
+            pools[i] = Some(pool.unwrap_or(DEFAULT));
+        }
+    }
+    PoolRouting { pools: pools.into_iter().map(|p| p.filter(|&p| p != DEFAULT)).collect() }
+}
