@@ -7,8 +7,9 @@
  * and compute capability from FAKECUDA_NAME, FAKECUDA_TOTAL, FAKECUDA_MAJOR
  * and FAKECUDA_MINOR, and the rest fixed (132 SMs, 50 MiB of L2, ...). A
  * preset needs more, so runtime.c marks cudart.c's reporting functions weak
- * and these, in their own translation unit, win at link time. Same knobs,
- * more of them (all set together by vramkit-simgpu's Preset::env):
+ * and these, in their own translation unit, win at link time, starting
+ * from cudart.c's description. Same knobs, more of them (all set together
+ * by vramkit-simgpu's Preset::env):
  *
  *   FAKECUDA_TOTAL, FAKECUDA_NAME, FAKECUDA_MAJOR, FAKECUDA_MINOR  as cudart.c
  *   FAKECUDA_SM_COUNT            streaming multiprocessors
@@ -118,14 +119,12 @@ int simgpu_attribute(int attribute) {
   }
 }
 
+/* cudart.c's device (name, memory, compute capability from the same
+ * variables, the usual limits), with what the preset says beyond it. */
 static cudaError_t properties(struct cudaDeviceProp *p, int ordinal) {
-  if (ordinal != 0) return cudaErrorInvalidDevice;
+  cudaError_t e = simgpu_cudart_properties(p, ordinal);
+  if (e != cudaSuccess) return e;
   const struct simgpu_device *d = simgpu_device();
-  memset(p, 0, sizeof *p);
-  snprintf(p->name, sizeof p->name, "%s", d->name);
-  p->totalGlobalMem = d->total_bytes;
-  p->major = d->cc_major;
-  p->minor = d->cc_minor;
   p->multiProcessorCount = d->sm_count;
   p->l2CacheSize = d->l2_bytes;
   p->persistingL2CacheMaxSize = d->l2_bytes * 3 / 4;
@@ -134,25 +133,10 @@ static cudaError_t properties(struct cudaDeviceProp *p, int ordinal) {
   p->maxBlocksPerMultiProcessor = d->blocks_per_sm;
   p->sharedMemPerMultiprocessor = (size_t)d->smem_per_sm;
   p->sharedMemPerBlockOptin = (size_t)d->smem_per_block_optin;
-  p->sharedMemPerBlock = 49152;
   p->reservedSharedMemPerBlock = 1024;
-  p->regsPerBlock = 65536;
-  p->regsPerMultiprocessor = 65536;
-  p->warpSize = 32;
-  p->maxThreadsPerBlock = 1024;
-  p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
-  p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
-  p->totalConstMem = 65536;
-  p->memPitch = 2147483647;
-  p->textureAlignment = 512;
   p->texturePitchAlignment = 32;
   p->surfaceAlignment = 512;
-  p->concurrentKernels = 1;
   p->ECCEnabled = 1;
-  p->pciBusID = 1;
-  p->asyncEngineCount = 2;
-  p->unifiedAddressing = 1;
-  p->managedMemory = 1;
   p->canMapHostMemory = 1;
   p->streamPrioritiesSupported = 1;
   p->globalL1CacheSupported = 1;

@@ -38,6 +38,8 @@
 #pragma weak nvmlSystemGetCudaDriverVersion
 #pragma weak nvmlSystemGetCudaDriverVersion_v2
 
+int simgpu_cudart_properties(struct cudaDeviceProp *p, int ordinal) { return device_properties(p, ordinal); }
+
 /* ---- opaque objects: modules, functions, kernels, libraries, links ---- */
 /* Distinct, never freed (a few thousand at most), never read by anyone. */
 static void *object(void) {

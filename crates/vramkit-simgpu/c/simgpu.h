@@ -31,6 +31,10 @@ struct simgpu_device {
 
 const struct simgpu_device *simgpu_device(void);
 
+/* cudart.c's own device properties (runtime.c exposes them). */
+struct cudaDeviceProp;
+__attribute__((visibility("hidden"))) int simgpu_cudart_properties(struct cudaDeviceProp *p, int ordinal);
+
 /* The value of a device attribute (cudaDevAttr* / CU_DEVICE_ATTRIBUTE_*). */
 int simgpu_attribute(int attribute);
 

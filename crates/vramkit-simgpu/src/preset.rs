@@ -52,83 +52,61 @@ pub struct Preset {
 const KIB: u32 = 1024;
 const MIB: u64 = 1 << 20;
 
-/// Ampere (8.0) SM limits.
-const fn ampere(key: &'static str, device_name: &'static str, total_bytes: u64, source: &'static str) -> Preset {
-    Preset {
-        key: Cow::Borrowed(key),
-        device_name: Cow::Borrowed(device_name),
-        total_bytes,
-        compute_capability: (8, 0),
-        sm_count: 108,
-        l2_bytes: 40 * KIB * KIB,
-        memory_bus_width_bits: 5120,
-        max_threads_per_sm: 2048,
-        max_blocks_per_sm: 32,
-        shared_memory_per_sm_bytes: 164 * KIB,
-        shared_memory_per_block_optin_bytes: 163 * KIB,
-        clock_khz: 1_410_000,
-        memory_clock_khz: 1_593_000,
-        source,
-    }
-}
+/// A card of the Turing generation (compute capability 7.5), to be named.
+const TURING: Preset = Preset {
+    key: Cow::Borrowed(""),
+    device_name: Cow::Borrowed(""),
+    total_bytes: 0,
+    compute_capability: (7, 5),
+    sm_count: 40,
+    l2_bytes: 4 * KIB * KIB,
+    memory_bus_width_bits: 256,
+    max_threads_per_sm: 1024,
+    max_blocks_per_sm: 16,
+    shared_memory_per_sm_bytes: 64 * KIB,
+    shared_memory_per_block_optin_bytes: 64 * KIB,
+    clock_khz: 1_590_000,
+    memory_clock_khz: 5_001_000,
+    source: "",
+};
 
-/// Hopper (9.0) SM limits.
-const fn hopper(
-    key: &'static str,
-    device_name: &'static str,
-    total_bytes: u64,
-    l2_bytes: u32,
-    memory_bus_width_bits: u32,
-    source: &'static str,
-) -> Preset {
-    Preset {
-        key: Cow::Borrowed(key),
-        device_name: Cow::Borrowed(device_name),
-        total_bytes,
-        compute_capability: (9, 0),
-        sm_count: 132,
-        l2_bytes,
-        memory_bus_width_bits,
-        max_threads_per_sm: 2048,
-        max_blocks_per_sm: 32,
-        shared_memory_per_sm_bytes: 228 * KIB,
-        shared_memory_per_block_optin_bytes: 227 * KIB,
-        clock_khz: 1_980_000,
-        memory_clock_khz: 2_619_000,
-        source,
-    }
-}
+/// A GA100 (compute capability 8.0).
+const AMPERE: Preset = Preset {
+    compute_capability: (8, 0),
+    sm_count: 108,
+    l2_bytes: 40 * KIB * KIB,
+    memory_bus_width_bits: 5120,
+    max_threads_per_sm: 2048,
+    max_blocks_per_sm: 32,
+    shared_memory_per_sm_bytes: 164 * KIB,
+    shared_memory_per_block_optin_bytes: 163 * KIB,
+    clock_khz: 1_410_000,
+    memory_clock_khz: 1_593_000,
+    ..TURING
+};
 
-/// Ada (8.9) SM limits.
-#[allow(clippy::too_many_arguments)]
-const fn ada(
-    key: &'static str,
-    device_name: &'static str,
-    total_bytes: u64,
-    sm_count: u32,
-    l2_bytes: u32,
-    memory_bus_width_bits: u32,
-    clock_khz: u32,
-    memory_clock_khz: u32,
-    source: &'static str,
-) -> Preset {
-    Preset {
-        key: Cow::Borrowed(key),
-        device_name: Cow::Borrowed(device_name),
-        total_bytes,
-        compute_capability: (8, 9),
-        sm_count,
-        l2_bytes,
-        memory_bus_width_bits,
-        max_threads_per_sm: 1536,
-        max_blocks_per_sm: 24,
-        shared_memory_per_sm_bytes: 100 * KIB,
-        shared_memory_per_block_optin_bytes: 99 * KIB,
-        clock_khz,
-        memory_clock_khz,
-        source,
-    }
-}
+/// An Ada card (compute capability 8.9); SMs, L2, bus and clocks vary.
+const ADA: Preset = Preset {
+    compute_capability: (8, 9),
+    max_threads_per_sm: 1536,
+    max_blocks_per_sm: 24,
+    shared_memory_per_sm_bytes: 100 * KIB,
+    shared_memory_per_block_optin_bytes: 99 * KIB,
+    ..TURING
+};
+
+/// A GH100 (compute capability 9.0) in its SXM form: the A100's bus and
+/// thread limits, more SMs, L2 and shared memory.
+const HOPPER: Preset = Preset {
+    compute_capability: (9, 0),
+    sm_count: 132,
+    l2_bytes: 50 * KIB * KIB,
+    shared_memory_per_sm_bytes: 228 * KIB,
+    shared_memory_per_block_optin_bytes: 227 * KIB,
+    clock_khz: 1_980_000,
+    memory_clock_khz: 2_619_000,
+    ..AMPERE
+};
 
 /// The cards `--gpu` knows, smallest memory first.
 pub const PRESETS: &[Preset] = &[
@@ -136,68 +114,63 @@ pub const PRESETS: &[Preset] = &[
         key: Cow::Borrowed("t4"),
         device_name: Cow::Borrowed("Tesla T4"),
         total_bytes: 15_843_721_216,
-        compute_capability: (7, 5),
-        sm_count: 40,
-        l2_bytes: 4 * KIB * KIB,
-        memory_bus_width_bits: 256,
-        max_threads_per_sm: 1024,
-        max_blocks_per_sm: 16,
-        shared_memory_per_sm_bytes: 64 * KIB,
-        shared_memory_per_block_optin_bytes: 64 * KIB,
-        clock_khz: 1_590_000,
-        memory_clock_khz: 5_001_000,
         source: "deviceQuery (driver 11.0): 15,110 MiB; PyTorch on newer drivers (Colab) shows 15,095 to 15,109 MiB",
+        ..TURING
     },
-    ada(
-        "l4",
-        "NVIDIA L4",
-        23_612_293_120,
-        58,
-        48 * KIB * KIB,
-        192,
-        2_040_000,
-        6_251_000,
-        "deviceQuery (driver 12.0): 22,518 MiB",
-    ),
-    ada(
-        "rtx4090",
-        "NVIDIA GeForce RTX 4090",
-        25_756_696_576,
-        128,
-        72 * KIB * KIB,
-        384,
-        2_520_000,
-        10_501_000,
-        "deviceQuery (driver 12.1, Linux): 24,563 MiB, as torch shows; Windows (WDDM) reports about 1.5 GiB less",
-    ),
-    ampere(
-        "a100-40gb",
-        "NVIDIA A100-SXM4-40GB",
-        42_298_834_944,
-        "deviceQuery (driver 12.2): 40,339 MiB; older drivers showed 40,536 MiB",
-    ),
-    hopper(
-        "h100",
-        "NVIDIA H100 80GB HBM3",
-        85_028_896_768,
-        50 * KIB * KIB,
-        5120,
-        "deviceQuery (driver 12.8): 81,090 MiB; drivers 12.7 to 13.0 show 81,079 to 81,106 MiB",
-    ),
-    ampere(
-        "a100-80gb",
-        "NVIDIA A100-SXM4-80GB",
-        85_100_068_864,
-        "deviceQuery (driver 12.5): 81,158 MiB; driver 12.2 showed 81,051 MiB",
-    ),
-    hopper(
-        "h200",
-        "NVIDIA H200",
-        143_156 * MIB,
-        60 * KIB * KIB,
-        6144,
-        "torch.cuda.get_device_properties: 143,156 MiB (to the MiB; no byte count found)",
-    ),
+    Preset {
+        key: Cow::Borrowed("l4"),
+        device_name: Cow::Borrowed("NVIDIA L4"),
+        total_bytes: 23_612_293_120,
+        sm_count: 58,
+        l2_bytes: 48 * KIB * KIB,
+        memory_bus_width_bits: 192,
+        clock_khz: 2_040_000,
+        memory_clock_khz: 6_251_000,
+        source: "deviceQuery (driver 12.0): 22,518 MiB",
+        ..ADA
+    },
+    Preset {
+        key: Cow::Borrowed("rtx4090"),
+        device_name: Cow::Borrowed("NVIDIA GeForce RTX 4090"),
+        total_bytes: 25_756_696_576,
+        sm_count: 128,
+        l2_bytes: 72 * KIB * KIB,
+        memory_bus_width_bits: 384,
+        clock_khz: 2_520_000,
+        memory_clock_khz: 10_501_000,
+        source: "deviceQuery (driver 12.1, Linux): 24,563 MiB, as torch shows; Windows (WDDM) reports about 1.5 GiB less",
+        ..ADA
+    },
+    Preset {
+        key: Cow::Borrowed("a100-40gb"),
+        device_name: Cow::Borrowed("NVIDIA A100-SXM4-40GB"),
+        total_bytes: 42_298_834_944,
+        source: "deviceQuery (driver 12.2): 40,339 MiB; older drivers showed 40,536 MiB",
+        ..AMPERE
+    },
+    Preset {
+        key: Cow::Borrowed("h100"),
+        device_name: Cow::Borrowed("NVIDIA H100 80GB HBM3"),
+        total_bytes: 85_028_896_768,
+        source: "deviceQuery (driver 12.8): 81,090 MiB; drivers 12.7 to 13.0 show 81,079 to 81,106 MiB",
+        ..HOPPER
+    },
+    Preset {
+        key: Cow::Borrowed("a100-80gb"),
+        device_name: Cow::Borrowed("NVIDIA A100-SXM4-80GB"),
+        total_bytes: 85_100_068_864,
+        source: "deviceQuery (driver 12.5): 81,158 MiB; driver 12.2 showed 81,051 MiB",
+        ..AMPERE
+    },
+    Preset {
+        key: Cow::Borrowed("h200"),
+        device_name: Cow::Borrowed("NVIDIA H200"),
+        total_bytes: 143_156 * MIB,
+        l2_bytes: 60 * KIB * KIB,
+        memory_bus_width_bits: 6144,
+        source: "torch.cuda.get_device_properties: 143,156 MiB (to the MiB; no byte count found)",
+        ..HOPPER
+    },
 ];
 
 impl Preset {

@@ -93,7 +93,7 @@ fn a_resnet_step_convolves_through_cudnn_and_grows_with_the_batch() {
 #[test]
 fn a_diffusion_unet_step_fits_and_grows_with_the_batch() {
     for release in releases() {
-        grows_with_batch(release, "unet", [2, 8]);
+        grows_with_batch(release, "unet", [2, 16]);
     }
 }
 

@@ -10,13 +10,14 @@ use vramkit_pytorch::Release;
 use vramkit_simgpu::{Preset, Stack, TorchEnv};
 
 /// The torch releases the model tests run on: `$VRAMKIT_SIMGPU_RELEASES`
-/// (versions separated by commas), else the newest (CUDA 13) and 2.10.0
-/// (CUDA 12).
+/// (`all`, or versions separated by commas), else the newest (CUDA 13) and
+/// 2.10.0 (CUDA 12).
 pub fn releases() -> Vec<&'static Release> {
-    let list = std::env::var("VRAMKIT_SIMGPU_RELEASES").unwrap_or_else(|_| "2.15.0,2.10.0".into());
-    list.split(',')
-        .map(|v| release(v.trim()))
-        .collect()
+    match std::env::var("VRAMKIT_SIMGPU_RELEASES") {
+        Ok(list) if list == "all" => vramkit_pytorch::RELEASES.iter().collect(),
+        Ok(list) => list.split(',').map(|v| release(v.trim())).collect(),
+        Err(_) => vec![release("2.15.0"), release("2.10.0")],
+    }
 }
 
 /// The release `version`, which vramkit-pytorch must know.
