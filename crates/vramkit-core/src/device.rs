@@ -98,6 +98,14 @@ pub trait Device {
     /// `cudaMemGetInfo`.
     fn mem_get_info(&self) -> MemInfo;
 
+    /// The device memory this process uses, as NVML reports it per process
+    /// (PyTorch prints it in its out-of-memory message: "Including
+    /// non-PyTorch memory, this process has ..."); `None` where it is not
+    /// known, and the message has no process line.
+    fn process_memory_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// `cudaEventRecord` on `stream`.
     fn record_event(&mut self, stream: StreamId) -> EventId;
 

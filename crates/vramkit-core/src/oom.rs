@@ -50,6 +50,10 @@ pub struct OutOfMemoryError {
     pub reserved_bytes: u64,
     /// Free bytes cached in private pools (CUDA graphs).
     pub private_pool_free_bytes: u64,
+    /// The device memory the process uses, as NVML reports it, where known
+    /// ([`Device::process_memory_bytes`](crate::Device::process_memory_bytes)).
+    #[serde(default)]
+    pub process_memory_bytes: Option<u64>,
     /// True for a request of 1 EB or more, refused before anything else.
     pub more_than_one_exabyte: bool,
     /// vramkit's analysis; `None` for the 1 EB refusal.
@@ -68,6 +72,7 @@ impl OutOfMemoryError {
             allocated_bytes: 0,
             reserved_bytes: 0,
             private_pool_free_bytes: 0,
+            process_memory_bytes: None,
             more_than_one_exabyte: true,
             diagnosis: None,
         }
@@ -86,8 +91,9 @@ impl OutOfMemoryError {
         self.message(style).to_string()
     }
 
-    /// The numbers of PyTorch's message, in one release's wording. vramkit
-    /// knows no per-process NVML figures, so there are no process lines.
+    /// The numbers of PyTorch's message, in one release's wording, with the
+    /// process's own line where its device memory is known (vramkit sees no
+    /// other processes).
     pub fn message(&self, style: crate::oom_message::MessageStyle) -> crate::oom_message::OomMessage {
         crate::oom_message::OomMessage {
             style,
@@ -96,7 +102,7 @@ impl OutOfMemoryError {
             alloc_size_bytes: self.alloc_size_bytes,
             total_capacity_bytes: self.total_capacity_bytes,
             device_free_bytes: self.device_free_bytes,
-            processes: Vec::new(),
+            processes: self.process_memory_bytes.map(|used_bytes| crate::oom_message::ProcessMemory { pid: None, used_bytes }).into_iter().collect(),
             allowed_bytes: self.limit_bytes,
             allocated_bytes: self.allocated_bytes,
             reserved_bytes: self.reserved_bytes,

@@ -185,6 +185,10 @@ pub struct DeviceStats {
     pub num_device_alloc: i64,
     /// `cudaFree` and `unmap` calls (`num_device_free`).
     pub num_device_free: i64,
+    /// Requests refused before the device was asked (`num_oom_rejections`,
+    /// torch 2.13 and later: its `throw_on_cudamalloc_oom` path, which
+    /// vramkit does not model, so this stays 0).
+    pub num_oom_rejections: i64,
     /// `max_split_size` when the allocator was made, in bytes; -1 when unlimited.
     pub max_split_size: i64,
 }
@@ -257,6 +261,7 @@ impl DeviceStats {
         map.insert("num_sync_all_streams".into(), self.num_sync_all_streams);
         map.insert("num_device_alloc".into(), self.num_device_alloc);
         map.insert("num_device_free".into(), self.num_device_free);
+        map.insert("num_oom_rejections".into(), self.num_oom_rejections);
         map.insert("max_split_size".into(), self.max_split_size);
         map
     }
@@ -282,6 +287,7 @@ impl DeviceStats {
         self.num_sync_all_streams = 0;
         self.num_device_alloc = 0;
         self.num_device_free = 0;
+        self.num_oom_rejections = 0;
     }
 }
 

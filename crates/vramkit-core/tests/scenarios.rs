@@ -523,7 +523,8 @@ fn reset_peak_and_accumulated_stats() {
 fn memory_stats_has_every_pytorch_key() {
     let a = allocator("");
     let keys = a.memory_stats();
-    assert_eq!(keys.len(), 122);
+    assert_eq!(keys.len(), 123);
+    assert!(keys.contains_key("num_oom_rejections"));
     assert!(keys.contains_key("allocation.all.current"));
     assert!(keys.contains_key("inactive_split_bytes.large_pool.freed"));
     assert!(keys.contains_key("oversize_segments.peak"));

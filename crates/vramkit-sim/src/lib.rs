@@ -482,6 +482,12 @@ impl Device for SimDevice {
         }
     }
 
+    /// What the device handed out (the process is its only user).
+    fn process_memory_bytes(&self) -> Option<u64> {
+        Some(self.used_bytes)
+    }
+
+
     fn record_event(&mut self, stream: StreamId) -> EventId {
         let id = self.next_event;
         self.next_event += 1;

@@ -210,6 +210,7 @@ impl<D: Device> CachingAllocator<D> {
             allocated_bytes: self.stats.allocated_bytes.all.current as u64,
             reserved_bytes: self.stats.reserved_bytes.all.current as u64,
             private_pool_free_bytes: self.private_pool_free_bytes(),
+            process_memory_bytes: self.device.process_memory_bytes(),
             more_than_one_exabyte: false,
             diagnosis: Some(OomDiagnosis {
                 rounded_size_bytes: params.size,

@@ -59,6 +59,22 @@ impl PytorchRelease {
         }
     }
 
+    /// The wording of this release's out-of-memory message.
+    pub fn message_style(self) -> crate::oom_message::MessageStyle {
+        use crate::oom_message::MessageStyle;
+        match (self.major, self.minor) {
+            (0, _) | (1, 0..=3) => MessageStyle::V1_0,
+            (1, 4..=9) => MessageStyle::V1_4,
+            (1, _) | (2, 0) => MessageStyle::V1_10,
+            (2, 1) => MessageStyle::V2_1,
+            (2, 2) => MessageStyle::V2_2,
+            (2, 3) => MessageStyle::V2_3,
+            (2, 4..=9) => MessageStyle::V2_4,
+            (2, 10) => MessageStyle::V2_10,
+            _ => MessageStyle::V2_11,
+        }
+    }
+
     /// What sets this release's rules apart, in a few words, for reports.
     pub fn rules(self) -> &'static str {
         match (self.major, self.minor) {
