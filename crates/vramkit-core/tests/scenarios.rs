@@ -312,7 +312,7 @@ fn oom_counts_a_retry_and_an_oom_and_records_an_oom_entry() {
         )
     );
     assert!(oom.to_string().starts_with(
-        "CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of 100.00 MiB of which 30.00 MiB is free. Of the allocated memory 70.00 MiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated."
+        "CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of 100.00 MiB of which 30.00 MiB is free. Including non-PyTorch memory, this process has 70.00 MiB memory in use. Of the allocated memory 70.00 MiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated."
     ));
     a.free(keep).unwrap();
     // Memory returns: the same request now succeeds.
