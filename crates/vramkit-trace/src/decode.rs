@@ -240,7 +240,23 @@ impl<'t> Reader<'t> {
         self.tree
             .as_i128(item)
             .and_then(|n| i64::try_from(n).ok())
-            .ok_or_else(|| self.wrong("an int within 64 bits", item))
+            .ok_or_else(|| self.wrong("an int from -2^63 to 2^63-1", item))
+    }
+
+    /// A 64-bit value PyTorch writes signed or unsigned, as its 64 bits
+    /// (two's complement): any int from -2^63 to 2^64-1. PyTorch casts
+    /// stream handles to `int64_t` (negative where the handle's top bit is
+    /// set), writes `time_us` as a signed `time_t`, pool ids unsigned from
+    /// Python and signed from C++, and a frame's line as CPython's `int`
+    /// cast to `uint64_t` (so "no line", -1, arrives as 2^64-1). Both
+    /// spellings of one value read the same.
+    pub(crate) fn bits64(&self, item: Item) -> Result<u64, SchemaErr> {
+        let n = self.tree.as_i128(item).ok_or_else(|| self.wrong("an int from -2^63 to 2^64-1", item))?;
+        match (u64::try_from(n), i64::try_from(n)) {
+            (Ok(unsigned), _) => Ok(unsigned),
+            (_, Ok(signed)) => Ok(signed as u64),
+            _ => Err(self.wrong("an int from -2^63 to 2^64-1", item)),
+        }
     }
 
     /// A finite float; an int is accepted too (JSON writes `0` for `0.0`
@@ -328,7 +344,8 @@ impl<'t> Reader<'t> {
         for &(k, v) in pairs {
             match self.word(k)? {
                 Word::Filename => filename = Some(self.str(v).at("filename")?),
-                Word::Line => line = Some(self.i64(v).at("line")?),
+                // Kept signed, as the core stores it: 2^64-1 is -1, "no line".
+                Word::Line => line = Some(self.bits64(v).at("line")? as i64),
                 Word::Name => name = Some(self.str(v).at("name")?),
                 _ => {}
             }
@@ -478,7 +495,7 @@ impl<'t> Reader<'t> {
                 }
                 Word::Stream => {
                     seen |= 1 << 6;
-                    stream = Some(self.u64(v).at(key)?);
+                    stream = Some(self.bits64(v).at(key)?);
                 }
                 Word::SegmentType => {
                     seen |= 1 << 7;
@@ -543,7 +560,7 @@ impl<'t> Reader<'t> {
 
     fn pool_id(&self, item: Item) -> Result<(u64, u64), SchemaErr> {
         match self.tree.as_seq(item) {
-            Some(&[a, b]) => Ok((self.u64(a).at_index(0)?, self.u64(b).at_index(1)?)),
+            Some(&[a, b]) => Ok((self.bits64(a).at_index(0)?, self.bits64(b).at_index(1)?)),
             _ => Err(self.wrong("a pair of ints", item)),
         }
     }
@@ -702,7 +719,7 @@ impl<'t> Reader<'t> {
                 }
                 Word::TimeUs => {
                     seen |= 1 << 5;
-                    entry.time_us = Some(self.u64(v).at(key)?);
+                    entry.time_us = Some(self.bits64(v).at(key)?);
                 }
                 Word::CompileContext => {
                     seen |= 1 << 6;
@@ -740,17 +757,17 @@ impl<'t> Reader<'t> {
         // `oom` records the device's free bytes instead of an address.
         let kind = entry.action;
         let (addr_key, addr) = if kind == TraceAction::Oom { ("device_free", device_free) } else { ("addr", addr) };
-        let number = |value: Option<Item>, key: &str| -> Result<u64, SchemaErr> {
+        let number = |value: Option<Item>, key: &str, read: fn(&Self, Item) -> Result<u64, SchemaErr>| {
             match value {
-                Some(v) => self.u64(v).at(key),
+                Some(v) => read(self, v).at(key),
                 // Annotations of PyTorch ~2.4 carry no address or size.
                 None if kind == TraceAction::UserDefined => Ok(0),
                 None => Err(SchemaErr::missing(key)),
             }
         };
-        entry.addr = number(addr, addr_key)?;
-        entry.size = number(size, "size")?;
-        entry.stream = number(stream, "stream")?;
+        entry.addr = number(addr, addr_key, Self::u64)?;
+        entry.size = number(size, "size", Self::u64)?;
+        entry.stream = number(stream, "stream", Self::bits64)?;
         Ok(Some(entry))
     }
 }

@@ -33,6 +33,12 @@ fn int(n: u64) -> Value {
     Value::int(i128::from(n))
 }
 
+/// A value PyTorch writes as `int64_t` (a stream handle, `time_us`): its 64
+/// bits as a signed int, so a negative handle is written as it was read.
+fn int64(n: u64) -> Value {
+    Value::Int(n as i64)
+}
+
 /// Whether to write an optional key: always when the source's keys are
 /// unknown, else when the source had it.
 fn want(keys: Option<&BTreeSet<String>>, key: &str) -> bool {
@@ -127,7 +133,7 @@ impl<'f> Encoder<'f> {
                 pairs.push((self.key(name), int(value)));
             }
         }
-        pairs.push((self.key("stream"), int(segment.stream)));
+        pairs.push((self.key("stream"), int64(segment.stream)));
         pairs.push((self.key("segment_type"), Value::str(segment.segment_type.as_str())));
         if want(keys, "segment_pool_id") || segment.segment_pool_id != (0, 0) {
             let (a, b) = segment.segment_pool_id;
@@ -222,9 +228,9 @@ impl<'f> Encoder<'f> {
         let addr_key = if entry.action == TraceAction::Oom { "device_free" } else { "addr" };
         pairs.push((self.key(addr_key), int(entry.addr)));
         pairs.push((self.key("size"), int(entry.size)));
-        pairs.push((self.key("stream"), int(entry.stream)));
+        pairs.push((self.key("stream"), int64(entry.stream)));
         if let Some(t) = entry.time_us {
-            pairs.push((self.key("time_us"), int(t)));
+            pairs.push((self.key("time_us"), int64(t)));
         }
         if let Some(context) = &entry.compile_context {
             pairs.push((self.key("compile_context"), Value::str(context)));

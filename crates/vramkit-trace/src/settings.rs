@@ -119,7 +119,9 @@ pub(crate) fn decode(reader: &Reader<'_>, item: Item) -> Result<AllocatorSetting
         let key = reader.key_name(k)?;
         match key {
             "PYTORCH_CUDA_ALLOC_CONF" => settings.pytorch_cuda_alloc_conf = Some(reader.str(v).at(key)?.to_owned()),
-            "max_split_size" => settings.max_split_size = Some(reader.i64(v).at(key)?),
+            // PyTorch writes `int64_t(max_split_size)`, -1 when unlimited
+            // (SIZE_MAX); the unsigned spelling reads the same.
+            "max_split_size" => settings.max_split_size = Some(reader.bits64(v).at(key)? as i64),
             "garbage_collection_threshold" => settings.garbage_collection_threshold = Some(reader.f64(v).at(key)?),
             "expandable_segments" => settings.expandable_segments = Some(reader.bool(v).at(key)?),
             "pinned_num_register_threads" => settings.pinned_num_register_threads = Some(reader.u64(v).at(key)?),

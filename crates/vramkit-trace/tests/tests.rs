@@ -2,6 +2,7 @@
 
 mod common;
 mod expected;
+mod integers;
 mod json;
 mod pickle_read;
 mod pickle_write;
