@@ -167,7 +167,7 @@ SIMGPU_API(CUresult, cuFuncSetAttribute, (void *f, int attribute, int value)) { 
 SIMGPU_API(CUresult, cuFuncSetCacheConfig, (void *f, int config)) { (void)f; (void)config; return CUDA_SUCCESS; }
 SIMGPU_API(CUresult, cuOccupancyMaxActiveBlocksPerMultiprocessor, (int *n, void *f, int threads, size_t shared)) {
   (void)f;
-  *n = blocks_per_sm(threads, shared);
+  *n = resident_blocks(threads, shared);
   return CUDA_SUCCESS;
 }
 SIMGPU_API(CUresult, cuLaunchKernel, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,

@@ -122,7 +122,7 @@ SIMGPU_API(cudaError_t, cudaStreamAddCallback, (cudaStream_t s, void (*fn)(cudaS
 /* ---- function attributes and occupancy -------------------------------- */
 /* Blocks of `threads` threads (and `shared` dynamic shared memory) that
  * fit on one SM of the preset: what launch heuristics size grids with. */
-static int blocks_per_sm(int threads, size_t shared) {
+static int resident_blocks(int threads, size_t shared) {
   const struct simgpu_device *d = simgpu_device();
   int n = threads > 0 ? d->threads_per_sm / threads : d->blocks_per_sm;
   if (shared > 0 && (int)(d->smem_per_sm / shared) < n) n = (int)(d->smem_per_sm / shared);
@@ -151,13 +151,13 @@ SIMGPU_API(cudaError_t, cudaKernelSetAttributeForDevice, (void *k, int attribute
 }
 SIMGPU_API(cudaError_t, cudaOccupancyMaxActiveBlocksPerMultiprocessor, (int *n, const void *f, int threads, size_t shared)) {
   (void)f;
-  *n = blocks_per_sm(threads, shared);
+  *n = resident_blocks(threads, shared);
   return cudaSuccess;
 }
 SIMGPU_API(cudaError_t, cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, (int *n, const void *f, int threads,
                                                                                   size_t shared, unsigned flags)) {
   (void)f; (void)flags;
-  *n = blocks_per_sm(threads, shared);
+  *n = resident_blocks(threads, shared);
   return cudaSuccess;
 }
 

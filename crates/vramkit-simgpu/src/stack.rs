@@ -54,7 +54,7 @@ impl Stack {
             let headers = Headers::fetch(&vramkit_pytorch::cache_dir(), cuda_major)?;
             Ok(Stack::build_with_headers(cuda_major, dir, &headers, &cc)?)
         };
-        settle(&format!("the simulated CUDA {cuda_major} stack in {}", dir.display()), attempt())
+        settle(&format!("building the simulated CUDA {cuda_major} stack in {}", dir.display()), attempt())
     }
 
     /// [`build`](Stack::build) into `<cache>/simgpu/cuda<major>`.

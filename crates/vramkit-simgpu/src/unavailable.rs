@@ -26,16 +26,17 @@ impl From<String> for Unavailable {
 }
 
 /// `Ok(Some)` on success; on "cannot here", prints why and gives `Ok(None)`
-/// (a skip) unless [`REQUIRE_ENV`] is `1`; `what` names the thing in errors.
+/// (a skip) unless [`REQUIRE_ENV`] is `1`; `what` names the attempt in
+/// messages ("building ...").
 pub(crate) fn settle<T>(what: &str, attempt: Result<T, Unavailable>) -> Result<Option<T>, String> {
     match attempt {
         Ok(value) => Ok(Some(value)),
         Err(Unavailable::Failed(e)) => Err(format!("{what}: {e}")),
         Err(Unavailable::Here(why)) => {
             if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
-                Err(format!("{what} cannot be had here ({why}), and {REQUIRE_ENV}=1 requires it"))
+                Err(format!("{what} is not possible here ({why}), and {REQUIRE_ENV}=1 requires it"))
             } else {
-                eprintln!("skipped: {what} cannot be had here: {why}");
+                eprintln!("skipped: {what} is not possible here: {why}");
                 Ok(None)
             }
         }

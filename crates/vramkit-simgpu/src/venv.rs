@@ -35,7 +35,7 @@ impl TorchEnv {
     /// `VRAMKIT_REQUIRE_SIMGPU=1`.
     pub fn create(release: &'static Release) -> Result<Option<TorchEnv>, String> {
         let dir = vramkit_pytorch::cache_dir().join("simgpu").join(format!("venv-{}", release.version));
-        settle(&format!("a Python environment with {release}"), make(release, &dir).map(|()| TorchEnv { release, dir }))
+        settle(&format!("making a Python environment with {release}"), make(release, &dir).map(|()| TorchEnv { release, dir }))
     }
 
     /// The release installed.
