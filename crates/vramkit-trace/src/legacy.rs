@@ -5,13 +5,12 @@
 //! `{addr, real_size, frames}`. An inactive block that was merged from
 //! several freed ones lists all their allocations. The reader derives the
 //! current model from it (the latest entry is the live allocation of an
-//! active block) and keeps the lists, so writing the file again keeps them.
+//! active block, see [`requested_size`] and [`frames`]) and keeps the lists,
+//! so writing the file again keeps them. Reading the lists is the reading
+//! walker's (`decode/legacy.rs`).
 
-use crate::decode::{AtKey, Reader, SchemaErr};
 use crate::encode::Encoder;
 use crate::pickle::value::Value;
-use crate::tree::Item;
-use crate::words::Word;
 use vramkit_core::snapshot::{BlockState, Frames};
 
 /// One allocation made in a block (an entry of a legacy `history` list).
@@ -38,34 +37,6 @@ impl LegacyHistory {
     pub fn of(&self, segment: usize, block: usize) -> &[HistoryEntry] {
         self.blocks.get(segment).and_then(|blocks| blocks.get(block)).map_or(&[], Vec::as_slice)
     }
-}
-
-pub(crate) fn decode_history(reader: &mut Reader<'_>, item: Item) -> Result<Vec<HistoryEntry>, SchemaErr> {
-    let items = reader.seq(item)?;
-    let mut out = Vec::with_capacity(items.len());
-    for (i, &entry) in items.iter().enumerate() {
-        out.push(decode_entry(reader, entry).at_index(i)?);
-    }
-    Ok(out)
-}
-
-fn decode_entry(reader: &mut Reader<'_>, item: Item) -> Result<HistoryEntry, SchemaErr> {
-    let (mut addr, mut real_size, mut frames) = (None, None, None);
-    for &(k, v) in reader.dict(item)? {
-        let word = reader.word(k)?;
-        let key = word.name();
-        match word {
-            Word::Addr => addr = Some(reader.u64(v).at(key)?),
-            Word::RealSize => real_size = Some(reader.u64(v).at(key)?),
-            Word::Frames => frames = Some(reader.frames(v).at(key)?),
-            _ => {}
-        }
-    }
-    Ok(HistoryEntry {
-        addr: addr.ok_or_else(|| SchemaErr::missing("addr"))?,
-        real_size: real_size.ok_or_else(|| SchemaErr::missing("real_size"))?,
-        frames,
-    })
 }
 
 /// A legacy block's requested bytes when the block has no `requested_size`:

@@ -9,8 +9,9 @@
 //! ([`pickle::read`]) or the JSON reader (`json.rs`) then builds one
 //! *document*: an arena of nodes (`tree.rs`) in which a pickle memo
 //! reference is a copied index, so an object PyTorch shares 100k times is
-//! parsed once and stays one object. Finally `decode.rs` walks the document
-//! once against the snapshot schema and fills the core model
+//! parsed once and stays one object. Finally `decode/` walks the document
+//! once against the snapshot schema (one file per part: segments, traces,
+//! frames, settings, legacy history) and fills the core model
 //! ([`vramkit_core::snapshot`]) plus the parts the core does not model
 //! ([`SnapshotFile`]): typed `allocator_settings` (`settings.rs`),
 //! `external_annotations`, unknown top-level keys, the 2.0-era block

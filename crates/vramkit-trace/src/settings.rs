@@ -1,9 +1,9 @@
-//! `allocator_settings`: the allocator configuration a snapshot recorded.
+//! `allocator_settings`: the allocator configuration a snapshot recorded,
+//! and what it means as a core [`AllocatorConfig`]. Reading the dict is the
+//! reading walker's (`decode/settings.rs`).
 
-use crate::decode::{AtKey, Reader, SchemaErr};
 use crate::encode::Encoder;
 use crate::pickle::value::Value;
-use crate::tree::Item;
 use std::collections::BTreeMap;
 use vramkit_core::rounding::ROUNDUP_INTERVALS;
 use vramkit_core::config::{Compat, Generation};
@@ -111,42 +111,6 @@ fn division_table(table: &BTreeMap<u64, u64>) -> [u64; ROUNDUP_INTERVALS] {
         out[index.min(ROUNDUP_INTERVALS - 1)] = divisions;
     }
     out
-}
-
-pub(crate) fn decode(reader: &Reader<'_>, item: Item) -> Result<AllocatorSettings, SchemaErr> {
-    let mut settings = AllocatorSettings::default();
-    for &(k, v) in reader.dict(item)? {
-        let key = reader.key_name(k)?;
-        match key {
-            "PYTORCH_CUDA_ALLOC_CONF" => settings.pytorch_cuda_alloc_conf = Some(reader.str(v).at(key)?.to_owned()),
-            // PyTorch writes `int64_t(max_split_size)`, -1 when unlimited
-            // (SIZE_MAX); the unsigned spelling reads the same.
-            "max_split_size" => settings.max_split_size = Some(reader.bits64(v).at(key)? as i64),
-            "garbage_collection_threshold" => settings.garbage_collection_threshold = Some(reader.f64(v).at(key)?),
-            "expandable_segments" => settings.expandable_segments = Some(reader.bool(v).at(key)?),
-            "pinned_num_register_threads" => settings.pinned_num_register_threads = Some(reader.u64(v).at(key)?),
-            "release_lock_on_cudamalloc" => settings.release_lock_on_cudamalloc = Some(reader.bool(v).at(key)?),
-            "pinned_use_cuda_host_register" => settings.pinned_use_cuda_host_register = Some(reader.bool(v).at(key)?),
-            "graph_capture_record_stream_reuse" => {
-                settings.graph_capture_record_stream_reuse = Some(reader.bool(v).at(key)?);
-            }
-            "roundup_power2_divisions" => settings.roundup_power2_divisions = Some(divisions(reader, v).at(key)?),
-            _ => settings.other.push((key.to_owned(), reader.value(v).at(key)?)),
-        }
-    }
-    Ok(settings)
-}
-
-fn divisions(reader: &Reader<'_>, item: Item) -> Result<BTreeMap<u64, u64>, SchemaErr> {
-    let mut table = BTreeMap::new();
-    for &(k, v) in reader.dict(item)? {
-        let key = reader.key_name(k)?;
-        let mib: u64 = key.parse().map_err(|_| {
-            SchemaErr::new("a size class in MiB (\"1\", \"2\", ..., \"32768\")", format!("{key:?}")).key(key)
-        })?;
-        table.insert(mib, reader.u64(v).at(key)?);
-    }
-    Ok(table)
 }
 
 pub(crate) fn encode(enc: &mut Encoder<'_>, settings: &AllocatorSettings) -> Value {

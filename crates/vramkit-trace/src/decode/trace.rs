@@ -1,0 +1,127 @@
+//! Device traces: one list of entries per device. An entry whose action
+//! vramkit does not model is kept as it was ([`SkippedEntry`]).
+
+use super::reader::Reader;
+use super::schema_err::{AtKey, SchemaErr};
+use crate::file::SkippedEntry;
+use crate::tree::Item;
+use crate::words::Word;
+use vramkit_core::snapshot::{TraceAction, TraceEntry};
+
+/// The keys of a trace entry dict this crate knows; a key's bit in the
+/// entry level's [`Seen`](super::reader::Seen) mask is its index here.
+pub(super) const ENTRY_KEYS: [&str; 9] =
+    ["action", "addr", "device_free", "size", "stream", "time_us", "compile_context", "user_metadata", "frames"];
+
+impl Reader<'_> {
+    pub(super) fn device_traces(
+        &mut self,
+        item: Item,
+        skipped: &mut Vec<SkippedEntry>,
+    ) -> Result<Vec<Vec<TraceEntry>>, SchemaErr> {
+        let devices = self.seq(item)?;
+        let mut out = Vec::with_capacity(devices.len());
+        for (device, &trace) in devices.iter().enumerate() {
+            let entries = self.seq(trace).at_index(device)?;
+            let mut decoded = Vec::with_capacity(entries.len());
+            for (index, &entry) in entries.iter().enumerate() {
+                match self.entry(entry).at_index(index).at_index(device)? {
+                    Some(entry) => decoded.push(entry),
+                    None => {
+                        let entry = self.value(entry).at_index(index).at_index(device)?;
+                        skipped.push(SkippedEntry { device, index, entry });
+                    }
+                }
+            }
+            out.push(decoded);
+        }
+        Ok(out)
+    }
+
+    /// One trace entry; `None` for an action vramkit does not model.
+    fn entry(&mut self, item: Item) -> Result<Option<TraceEntry>, SchemaErr> {
+        let mut action = None;
+        let mut addr = None;
+        let mut device_free = None;
+        let mut size = None;
+        let mut stream = None;
+        let mut entry = TraceEntry::new(TraceAction::Alloc, 0, 0, 0);
+        let mut seen = 0u32;
+        for &(k, v) in self.dict(item)? {
+            let word = self.word(k)?;
+            let key = word.name();
+            match word {
+                Word::Action => {
+                    seen |= 1;
+                    action = Some(self.word(v).at(key)?);
+                }
+                Word::Addr => {
+                    seen |= 1 << 1;
+                    addr = Some(v);
+                }
+                Word::DeviceFree => {
+                    seen |= 1 << 2;
+                    device_free = Some(v);
+                }
+                Word::Size => {
+                    seen |= 1 << 3;
+                    size = Some(v);
+                }
+                Word::Stream => {
+                    seen |= 1 << 4;
+                    stream = Some(v);
+                }
+                Word::TimeUs => {
+                    seen |= 1 << 5;
+                    entry.time_us = Some(self.bits64(v).at(key)?);
+                }
+                Word::CompileContext => {
+                    seen |= 1 << 6;
+                    entry.compile_context = Some(self.str(v).at(key)?.to_owned());
+                }
+                Word::UserMetadata => {
+                    seen |= 1 << 7;
+                    entry.user_metadata = Some(self.str(v).at(key)?.to_owned());
+                }
+                Word::Frames => {
+                    seen |= 1 << 8;
+                    entry.frames = Some(self.frames(v).at(key)?);
+                }
+                _ => {
+                    let key = self.key_name(k)?;
+                    self.entry.unknown.insert(key.to_owned());
+                }
+            }
+        }
+        let action = action.ok_or_else(|| SchemaErr::missing("action"))?;
+        entry.action = match action {
+            Word::Alloc => TraceAction::Alloc,
+            Word::FreeRequested => TraceAction::FreeRequested,
+            Word::FreeCompleted => TraceAction::FreeCompleted,
+            Word::SegmentAlloc => TraceAction::SegmentAlloc,
+            Word::SegmentFree => TraceAction::SegmentFree,
+            Word::SegmentMap => TraceAction::SegmentMap,
+            Word::SegmentUnmap => TraceAction::SegmentUnmap,
+            Word::Snapshot => TraceAction::Snapshot,
+            Word::Oom => TraceAction::Oom,
+            Word::UserDefined => TraceAction::UserDefined,
+            _ => return Ok(None),
+        };
+        self.entry.mask |= seen;
+        // `oom` records the device's free bytes instead of an address.
+        let kind = entry.action;
+        let (addr_key, addr) = if kind == TraceAction::Oom { ("device_free", device_free) } else { ("addr", addr) };
+        let number = |value: Option<Item>, key: &str, read: fn(&Self, Item) -> Result<u64, SchemaErr>| {
+            match value {
+                Some(v) => read(self, v).at(key),
+                // Annotations of PyTorch ~2.4 carry no address or size.
+                None if kind == TraceAction::UserDefined => Ok(0),
+                None => Err(SchemaErr::missing(key)),
+            }
+        };
+        entry.addr = number(addr, addr_key, Self::u64)?;
+        entry.size = number(size, "size", Self::u64)?;
+        entry.stream = number(stream, "stream", Self::bits64)?;
+        Ok(Some(entry))
+    }
+}
