@@ -6,11 +6,9 @@
 //! several freed ones lists all their allocations. The reader derives the
 //! current model from it (the latest entry is the live allocation of an
 //! active block, see [`requested_size`] and [`frames`]) and keeps the lists,
-//! so writing the file again keeps them. Reading the lists is the reading
-//! walker's (`decode/legacy.rs`).
+//! so writing the file again keeps them. Reading and writing the lists are
+//! the walkers' (`decode/legacy.rs`, `encode/legacy.rs`).
 
-use crate::encode::Encoder;
-use crate::pickle::value::Value;
 use vramkit_core::snapshot::{BlockState, Frames};
 
 /// One allocation made in a block (an entry of a legacy `history` list).
@@ -54,27 +52,4 @@ pub(crate) fn frames(state: BlockState, history: &[HistoryEntry]) -> Option<Fram
         Some(latest) if state.is_active() => latest.frames.clone(),
         _ => None,
     }
-}
-
-/// The `history` value of a block when writing the legacy layout, from
-/// `(addr, real_size, frames)` triples, oldest first.
-pub(crate) fn encode_history<'a>(
-    enc: &mut Encoder<'a>,
-    entries: impl IntoIterator<Item = (u64, u64, Option<&'a Frames>)>,
-) -> Value {
-    let items = entries
-        .into_iter()
-        .map(|(addr, real_size, frames)| {
-            let mut pairs = vec![
-                (enc.key("addr"), Value::int(i128::from(addr))),
-                (enc.key("real_size"), Value::int(i128::from(real_size))),
-            ];
-            if let Some(frames) = frames {
-                let frames = enc.frames(frames);
-                pairs.push((enc.key("frames"), frames));
-            }
-            Value::dict(pairs)
-        })
-        .collect();
-    Value::list(items)
 }

@@ -4,7 +4,7 @@
 
 //! # Architecture
 //!
-//! Reading is three steps, each in its own file. `read.rs` sniffs the
+//! Reading is three steps, each in its own module. `read.rs` sniffs the
 //! encoding from the first bytes ([`sniff`]). The pickle reader
 //! ([`pickle::read`]) or the JSON reader (`json.rs`) then builds one
 //! *document*: an arena of nodes (`tree.rs`) in which a pickle memo
@@ -13,13 +13,24 @@
 //! once against the snapshot schema (one file per part: segments, traces,
 //! frames, settings, legacy history) and fills the core model
 //! ([`vramkit_core::snapshot`]) plus the parts the core does not model
-//! ([`SnapshotFile`]): typed `allocator_settings` (`settings.rs`),
-//! `external_annotations`, unknown top-level keys, the 2.0-era block
-//! `history` lists (`legacy.rs`), and which generation and keys the file
-//! had. Writing runs the other way: `encode.rs` turns a [`SnapshotFile`]
-//! into a [`Value`] of PyTorch's shape (shared stacks stay shared), and
-//! [`pickle::write`] or `json.rs` serialises it. The RMM log reader
-//! ([`rmm`]) is separate: CSV lines straight to trace entries.
+//! ([`SnapshotFile`]): typed `allocator_settings`, `external_annotations`,
+//! unknown top-level keys, the 2.0-era block `history` lists, and which
+//! generation and keys the file had. Writing runs the other way: `encode/`
+//! turns a [`SnapshotFile`] into a [`Value`] of PyTorch's shape (shared
+//! stacks stay shared), and [`pickle::write`] or `json.rs` serialises it.
+//! The RMM log reader ([`rmm`]) is separate: CSV lines straight to trace
+//! entries.
+//!
+//! The data types stand on their own: `file.rs` ([`SnapshotFile`] and what
+//! it holds), `settings.rs` ([`AllocatorSettings`] and its mapping to a
+//! core config) and `legacy.rs` ([`LegacyHistory`]) know neither walker;
+//! the walkers depend on them, one way:
+//!
+//! ```text
+//! read.rs  -> decode/ -> file.rs, settings.rs, legacy.rs <- encode/ <- write.rs
+//!               |                                              |
+//!               +-> tree.rs, words.rs         pickle::value <--+
+//! ```
 
 mod decode;
 mod encode;

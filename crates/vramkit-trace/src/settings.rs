@@ -1,8 +1,7 @@
 //! `allocator_settings`: the allocator configuration a snapshot recorded,
-//! and what it means as a core [`AllocatorConfig`]. Reading the dict is the
-//! reading walker's (`decode/settings.rs`).
+//! and what it means as a core [`AllocatorConfig`]. Reading and writing the
+//! dict are the walkers' (`decode/settings.rs`, `encode/settings.rs`).
 
-use crate::encode::Encoder;
 use crate::pickle::value::Value;
 use std::collections::BTreeMap;
 use vramkit_core::rounding::ROUNDUP_INTERVALS;
@@ -111,40 +110,4 @@ fn division_table(table: &BTreeMap<u64, u64>) -> [u64; ROUNDUP_INTERVALS] {
         out[index.min(ROUNDUP_INTERVALS - 1)] = divisions;
     }
     out
-}
-
-pub(crate) fn encode(enc: &mut Encoder<'_>, settings: &AllocatorSettings) -> Value {
-    let mut pairs = Vec::new();
-    if let Some(conf) = &settings.pytorch_cuda_alloc_conf {
-        pairs.push((enc.key("PYTORCH_CUDA_ALLOC_CONF"), Value::str(conf)));
-    }
-    if let Some(n) = settings.max_split_size {
-        pairs.push((enc.key("max_split_size"), Value::Int(n)));
-    }
-    if let Some(x) = settings.garbage_collection_threshold {
-        pairs.push((enc.key("garbage_collection_threshold"), Value::Float(x)));
-    }
-    if let Some(b) = settings.expandable_segments {
-        pairs.push((enc.key("expandable_segments"), Value::Bool(b)));
-    }
-    if let Some(n) = settings.pinned_num_register_threads {
-        pairs.push((enc.key("pinned_num_register_threads"), Value::int(i128::from(n))));
-    }
-    if let Some(b) = settings.release_lock_on_cudamalloc {
-        pairs.push((enc.key("release_lock_on_cudamalloc"), Value::Bool(b)));
-    }
-    if let Some(b) = settings.pinned_use_cuda_host_register {
-        pairs.push((enc.key("pinned_use_cuda_host_register"), Value::Bool(b)));
-    }
-    if let Some(b) = settings.graph_capture_record_stream_reuse {
-        pairs.push((enc.key("graph_capture_record_stream_reuse"), Value::Bool(b)));
-    }
-    if let Some(table) = &settings.roundup_power2_divisions {
-        let table = table.iter().map(|(mib, n)| (Value::str(&mib.to_string()), Value::int(i128::from(*n)))).collect();
-        pairs.push((enc.key("roundup_power2_divisions"), Value::dict(table)));
-    }
-    for (key, value) in &settings.other {
-        pairs.push((Value::str(key), value.clone()));
-    }
-    Value::dict(pairs)
 }
