@@ -141,8 +141,8 @@ fn negative_stream_handles_and_pool_ids_read_as_their_64_bits() {
     // PyTorch writes `int64_t(stream)`; a pool id comes unsigned from
     // Python and as `int64_t` from C++.
     let signed = read_both(&snapshot(&[("stream", -2), ("pool0", -1), ("pool1", I64_MIN), ("time_us", -5)]));
-    let unsigned =
-        read_both(&snapshot(&[("stream", U64_MAX - 1), ("pool0", U64_MAX), ("pool1", 1 << 63), ("time_us", U64_MAX - 4)]));
+    let unsigned = [("stream", U64_MAX - 1), ("pool0", U64_MAX), ("pool1", 1 << 63), ("time_us", U64_MAX - 4)];
+    let unsigned = read_both(&snapshot(&unsigned));
     assert_eq!(signed.snapshot, unsigned.snapshot, "both spellings are one value");
     let segment = &signed.snapshot.segments[0];
     assert_eq!(segment.stream, u64::MAX - 1);
@@ -208,7 +208,8 @@ fn a_refusal_names_the_file() {
     let _ = std::fs::remove_file(&path);
     let text = err.to_string();
     assert!(text.starts_with(&path.display().to_string()), "{text}");
-    assert!(text.contains("segments[0].stream: expected an int from -2^63 to 2^64-1, found an int (18446744073709551616)"));
+    let message = "segments[0].stream: expected an int from -2^63 to 2^64-1, found an int (18446744073709551616)";
+    assert!(text.contains(message), "{text}");
 }
 
 #[test]

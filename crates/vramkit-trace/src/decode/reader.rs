@@ -145,12 +145,10 @@ impl<'t> Reader<'t> {
     /// cast to `uint64_t` (so "no line", -1, arrives as 2^64-1). Both
     /// spellings of one value read the same.
     pub(super) fn bits64(&self, item: Item) -> Result<u64, SchemaErr> {
-        let n = self.tree.as_i128(item).ok_or_else(|| self.wrong("an int from -2^63 to 2^64-1", item))?;
-        match (u64::try_from(n), i64::try_from(n)) {
-            (Ok(unsigned), _) => Ok(unsigned),
-            (_, Ok(signed)) => Ok(signed as u64),
-            _ => Err(self.wrong("an int from -2^63 to 2^64-1", item)),
-        }
+        self.tree
+            .as_i128(item)
+            .and_then(|n| u64::try_from(n).ok().or_else(|| i64::try_from(n).ok().map(|signed| signed as u64)))
+            .ok_or_else(|| self.wrong("an int from -2^63 to 2^64-1", item))
     }
 
     /// A finite float; an int is accepted too (JSON writes `0` for `0.0`
