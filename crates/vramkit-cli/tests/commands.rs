@@ -124,7 +124,7 @@ fn summary_reads_every_real_snapshot() {
         assert!(text.starts_with("|===="), "{}", p.display());
         let v = json(&vramkit(&["summary", "--json", p.to_str().unwrap()]));
         let stats = if v.get("devices").is_some() { &v["devices"][0]["memory_stats"] } else { &v["memory_stats"] };
-        assert_eq!(stats.as_object().unwrap().len(), 122, "{}", p.display());
+        assert_eq!(stats.as_object().unwrap().len(), 123, "{}", p.display());
     }
 }
 

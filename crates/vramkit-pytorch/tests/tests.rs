@@ -7,3 +7,4 @@
 
 mod support;
 mod verify;
+mod whatif;

@@ -221,7 +221,8 @@ pub fn site_of(frames: &[Frame]) -> Option<String> {
         let path = frame.filename.replace('\\', "/");
         let short: Vec<&str> = path.rsplit('/').take(2).collect();
         let file = short.into_iter().rev().collect::<Vec<_>>().join("/");
-        return Some(format!("{} ({file}:{})", frame.name, frame.line));
+        // A negative line is PyTorch's "no line number" (CPython's -1).
+        return Some(if frame.line < 0 { format!("{} ({file})", frame.name) } else { format!("{} ({file}:{})", frame.name, frame.line) });
     }
     let between = |name: &str, prefix: &str| -> Option<String> {
         let rest = &name[name.find(prefix)? + prefix.len()..];
@@ -718,6 +719,7 @@ mod tests {
         assert_eq!(site_of(&backward[..3]).unwrap(), "aten::bmm");
         assert_eq!(site_of(&backward[..2]).unwrap(), "at::cuda::blas::bgemm_internal_cublas");
         assert_eq!(site_of(&[frame("C:\\work\\x\\run.py", 3, "main")]).unwrap(), "main (x/run.py:3)");
+        assert_eq!(site_of(&[frame("/w/run.py", -1, "main")]).unwrap(), "main (w/run.py)", "-1: no line");
     }
 
     #[test]

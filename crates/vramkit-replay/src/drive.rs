@@ -236,14 +236,19 @@ impl<'a> Driver<'a> {
                 self.addr.remove(&e.addr);
                 Step::Other
             }
+            // The recorded addresses are handed out again only where the
+            // model is PyTorch (judging, under the recorded settings): under
+            // other settings the device picks its own, as a driver would.
             TraceAction::SegmentAlloc => {
-                model.device_mut().push_address(e.addr);
+                if !self.following {
+                    model.device_mut().push_address(e.addr);
+                }
                 Step::Other
             }
             TraceAction::SegmentMap => {
                 // A map that grows or fills none of the model's reservations
                 // is the first map of a new one, at the reservation's base.
-                if !model.device().in_mapped_span(e.addr) {
+                if !self.following && !model.device().in_mapped_span(e.addr) {
                     model.device_mut().push_reservation_address(e.addr);
                 }
                 Step::Other

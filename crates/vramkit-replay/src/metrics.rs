@@ -42,6 +42,8 @@ pub struct Metrics {
     pub device_mallocs: u64,
     /// `cudaFree` calls (or unmap calls).
     pub device_frees: u64,
+    /// Requests that needed the retry ladder (`num_alloc_retries`).
+    pub alloc_retries: u64,
     /// The first trace entry (an `alloc`) that failed, if any.
     pub first_oom_event: Option<u64>,
     /// Allocations that failed.

@@ -77,7 +77,8 @@ fn run(trace: &DeviceTrace, options: &ModelOptions, keep_peak: bool) -> Result<(
     let base = (top + SimDevice::DEFAULT_GRANULARITY).next_multiple_of(SimDevice::DEFAULT_GRANULARITY);
     let device = SimDevice::new(options.capacity_bytes.unwrap_or(u64::MAX))
         .with_base_address(base)
-        .with_event_mode(vramkit_sim::EventMode::Manual);
+        .with_event_mode(vramkit_sim::EventMode::Manual)
+        .with_first_fit();
     let mut model = start_model(&start, &options.config, device)?;
     let page = if options.config.expandable_segments { options.config.large_segment_size_bytes } else { 0 };
     let mut lower = LowerBound::new(page);
@@ -159,6 +160,7 @@ fn run(trace: &DeviceTrace, options: &ModelOptions, keep_peak: bool) -> Result<(
     m.peak_inactive_split_bytes = st.inactive_split_bytes.all.peak as u64;
     m.device_mallocs = st.num_device_alloc as u64;
     m.device_frees = st.num_device_free as u64;
+    m.alloc_retries = st.num_alloc_retries as u64;
     m.largest_free_block_at_peak = largest_at_peak;
     m.lower_bound_bytes = lower.peak;
     m.utilization = if m.peak_reserved_bytes == 0 { 0.0 } else { m.peak_allocated_bytes as f64 / m.peak_reserved_bytes as f64 };

@@ -237,12 +237,15 @@ fn recorded_pass(
 pub(crate) fn start_model(
     start: &StartState,
     config: &AllocatorConfig,
-    mut device: SimDevice,
+    device: SimDevice,
 ) -> Result<CachingAllocator<SimDevice>, ReplayError> {
+    // Restored first: it refuses segments that overlap, which the device
+    // would not take over.
+    let mut model = CachingAllocator::restore(device, config.clone(), &start.segments)?;
     for s in &start.segments {
-        device.adopt(s.address, s.total_size);
+        model.device_mut().adopt(s.address, s.total_size);
     }
-    Ok(CachingAllocator::restore(device, config.clone(), &start.segments)?)
+    Ok(model)
 }
 
 /// A segment event as compared: (action, address, bytes).

@@ -96,9 +96,13 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
             first_segment_event.entry(e.addr).or_insert((e.action, e.size, e.stream));
         }
     }
+    // An end segment is there at the start when no segment event touches its
+    // address: one whose address was freed in the window is a later
+    // incarnation (cudaMalloc hands freed addresses out again), and the one
+    // at the start is the freed one, sized by its segment_free.
     let mut segments: BTreeMap<u64, StartSegment> = BTreeMap::new();
     for s in trace.end_segments.iter().filter(|s| !s.is_expandable) {
-        if !matches!(first_segment_event.get(&s.address), Some((TraceAction::SegmentAlloc, ..))) {
+        if !first_segment_event.contains_key(&s.address) {
             segments.insert(
                 s.address,
                 StartSegment {

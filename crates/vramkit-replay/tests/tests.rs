@@ -11,4 +11,5 @@ pub fn without_invariant_checks() {
 }
 
 mod selfcheck;
+mod window;
 mod whatif;

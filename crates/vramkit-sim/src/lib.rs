@@ -124,6 +124,8 @@ pub struct SimDevice {
     /// Queued addresses are what the real device returned (a verify): a
     /// reservation needs only its base free, see `with_recorded_addresses`.
     recorded_addresses: bool,
+    /// `malloc` hands out the lowest free range too, not the bump pointer.
+    first_fit: bool,
     faults: Faults,
     event_mode: EventMode,
     events: HashMap<u64, SimEvent>,
@@ -159,6 +161,7 @@ impl SimDevice {
             queued_addresses: VecDeque::new(),
             queued_reservations: VecDeque::new(),
             recorded_addresses: false,
+            first_fit: false,
             faults: Faults { next: 0, rate: 0, rng: 1 },
             event_mode: EventMode::Immediate,
             events: HashMap::new(),
@@ -299,6 +302,15 @@ impl SimDevice {
         self
     }
 
+    /// `malloc` hands out the lowest free range from the base, as the CUDA
+    /// driver reuses freed address space, instead of ever higher addresses.
+    /// Where releases order equal-size free blocks by address, a replay
+    /// under other settings then places them as the device would.
+    pub fn with_first_fit(mut self) -> SimDevice {
+        self.first_fit = true;
+        self
+    }
+
     /// Whether `addr` lies inside a live reservation.
     pub fn in_reservation(&self, addr: u64) -> bool {
         self.reservations.range(..=addr).next_back().is_some_and(|(&base, r)| addr < base + r.size)
@@ -385,7 +397,7 @@ impl SimDevice {
             }
             self.counters.rejected_addresses += 1;
         }
-        if reservation {
+        if reservation || self.first_fit {
             return self.first_free_range(size);
         }
         let addr = self.next_address;
@@ -540,6 +552,19 @@ impl Device for SimDevice {
     }
 
     fn map(&mut self, addr: DeviceAddr, size_bytes: u64, page_bytes: u64) -> Result<(), DeviceError> {
+        if self.recorded_addresses {
+            // Reservations may nest here (see `with_recorded_addresses`): a
+            // replay that has diverged can grow one over another's pages,
+            // which a real device could not have done. Refused, not a panic.
+            let end = addr.0.saturating_add(size_bytes);
+            let clash = self.reservations.values().flat_map(|r| r.mapped.range(..end).next_back()).find(|(&a, &l)| a + l > addr.0);
+            if let Some((&a, &l)) = clash {
+                return Err(DeviceError::Other {
+                    call: "cuMemMap",
+                    message: format!("{addr}+{size_bytes} would overlap mapped {a:#x}+{l}: the replay has left the recorded addresses"),
+                });
+            }
+        }
         let (&base, r) = self.reservations.range_mut(..=addr.0).next_back().expect("map outside any reservation");
         let end = addr.0 + size_bytes;
         assert!(end <= base + r.size, "map of {addr}+{size_bytes} past the reservation at {base:#x}");

@@ -54,7 +54,7 @@ impl<D: Device> CachingAllocator<D> {
         let mut ordered: Vec<&SegmentInfo> = segments.iter().collect();
         ordered.sort_by_key(|s| s.address);
         for pair in ordered.windows(2) {
-            if pair[0].address + pair[0].total_size > pair[1].address {
+            if pair[0].address.saturating_add(pair[0].total_size) > pair[1].address {
                 return Err(RestoreError::Overlap { first: pair[0].address, second: pair[1].address });
             }
         }
