@@ -4,7 +4,9 @@
  * wheel) runs on a machine without a GPU.
  *
  * Device memory is books, not memory: cudaMalloc hands out addresses from a
- * fake range (first fit, deterministic) and counts bytes against a capacity;
+ * fake range (the highest free gap below a fixed top, as the real driver
+ * hands addresses out downward; deterministic) and counts bytes against a
+ * capacity;
  * nothing is ever read or written behind those addresses. It exports the
  * runtime calls libc10_cuda.so imports (`nm -D --undefined-only`), under the
  * version node of the CUDA major it is compiled for, with structures laid
@@ -28,6 +30,13 @@
  *                       synchronisation); default: complete at once
  *   FAKECUDA_MAJOR, FAKECUDA_MINOR  compute capability (default 9.0)
  *   FAKECUDA_NAME       device name (default "vramkit fake GPU")
+ *   FAKECUDA_SM_COUNT, FAKECUDA_L2_BYTES, FAKECUDA_BUS_WIDTH,
+ *   FAKECUDA_THREADS_PER_SM, FAKECUDA_BLOCKS_PER_SM, FAKECUDA_SMEM_PER_SM,
+ *   FAKECUDA_SMEM_PER_BLOCK_OPTIN   the card's other properties (an H100's
+ *                       by default), which PyTorch reads to pick kernels
+ *   FAKECUDA_CONTEXT    bytes used outside PyTorch's allocator (the CUDA
+ *                       context, other libraries); they count against the
+ *                       capacity and in NVML's per-process report
  *
  * Extra entry points for the driver program: fakecuda_complete_events(),
  * fakecuda_used(), fakecuda_counters().
@@ -46,7 +55,7 @@
 /* Exported under `name` whatever the headers' macros make of that name. */
 #define EXPORT_AS(name) __asm__(name)
 #define GRANULARITY (2ull << 20)
-#define BASE 0x7f0000000000ull
+#define TOP 0x7f8000000000ull
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 #define LOCKED(body) do { pthread_mutex_lock(&lock); body; pthread_mutex_unlock(&lock); } while (0)
@@ -61,6 +70,9 @@ static void misuse(const char *what, unsigned long long value) {
 static unsigned long long total_mem = 80ull << 30;
 static int manual_events = 0;
 static int cc_major = 9, cc_minor = 0;
+static int sm_count = 132, l2_bytes = 52428800, bus_width = 5120, threads_per_sm = 2048, blocks_per_sm = 32;
+static int smem_per_sm = 233472, smem_per_block_optin = 232448;
+static unsigned long long context_bytes;
 static char device_name[256] = "vramkit fake GPU";
 
 static void init_once(void) {
@@ -73,6 +85,17 @@ static void init_once(void) {
   if (mi && *mi) cc_minor = atoi(mi);
   const char *n = getenv("FAKECUDA_NAME");
   if (n && *n) snprintf(device_name, sizeof device_name, "%s", n);
+  const struct { const char *name; int *value; } knobs[] = {
+    {"FAKECUDA_SM_COUNT", &sm_count}, {"FAKECUDA_L2_BYTES", &l2_bytes}, {"FAKECUDA_BUS_WIDTH", &bus_width},
+    {"FAKECUDA_THREADS_PER_SM", &threads_per_sm}, {"FAKECUDA_BLOCKS_PER_SM", &blocks_per_sm},
+    {"FAKECUDA_SMEM_PER_SM", &smem_per_sm}, {"FAKECUDA_SMEM_PER_BLOCK_OPTIN", &smem_per_block_optin},
+  };
+  for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++) {
+    const char *v = getenv(knobs[i].name);
+    if (v && *v) *knobs[i].value = atoi(v);
+  }
+  const char *c = getenv("FAKECUDA_CONTEXT");
+  if (c && *c) context_bytes = strtoull(c, NULL, 10);
 }
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 #define INIT() pthread_once(&once, init_once)
@@ -89,15 +112,19 @@ static unsigned long long used_mem;
 static unsigned long long counters[9];
 enum { C_MALLOC, C_FREE, C_CREATE, C_RELEASE, C_MAP, C_UNMAP, C_RESERVE, C_ADDRESS_FREE, C_REFUSED };
 
+/* Top down, as the real driver hands out addresses: the highest aligned gap
+ * below TOP that fits. PyTorch breaks best-fit ties between equal free
+ * blocks by address, so the direction decides which segment a block lands
+ * in. */
 static uint64_t take_range(uint64_t size, uint64_t align, int kind) {
-  uint64_t at = BASE;
-  size_t i = 0;
-  for (; i < n_ranges; i++) {
-    uint64_t a = (at + align - 1) / align * align;
-    if (a + size <= ranges[i].start) break;
-    at = ranges[i].end;
+  uint64_t hi = TOP;
+  size_t i = n_ranges;
+  for (; i > 0; i--) {
+    uint64_t at = (hi - size) / align * align;
+    if (at >= ranges[i - 1].end) break;
+    hi = ranges[i - 1].start;
   }
-  at = (at + align - 1) / align * align;
+  uint64_t at = (hi - size) / align * align;
   if (n_ranges == cap_ranges) {
     cap_ranges = cap_ranges ? cap_ranges * 2 : 64;
     ranges = realloc(ranges, cap_ranges * sizeof(Range));
@@ -172,20 +199,20 @@ static cudaError_t device_properties(struct cudaDeviceProp *p, int d) {
   p->totalGlobalMem = total_mem;
   p->major = cc_major;
   p->minor = cc_minor;
-  p->multiProcessorCount = 132;
+  p->multiProcessorCount = sm_count;
   p->warpSize = 32;
   p->maxThreadsPerBlock = 1024;
-  p->maxThreadsPerMultiProcessor = 2048;
-  p->maxBlocksPerMultiProcessor = 32;
+  p->maxThreadsPerMultiProcessor = threads_per_sm;
+  p->maxBlocksPerMultiProcessor = blocks_per_sm;
   p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
   p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
   p->sharedMemPerBlock = 49152;
-  p->sharedMemPerBlockOptin = 232448;
-  p->sharedMemPerMultiprocessor = 233472;
+  p->sharedMemPerBlockOptin = smem_per_block_optin;
+  p->sharedMemPerMultiprocessor = smem_per_sm;
   p->regsPerBlock = 65536;
   p->regsPerMultiprocessor = 65536;
-  p->l2CacheSize = 52428800;
-  p->memoryBusWidth = 5120;
+  p->l2CacheSize = l2_bytes;
+  p->memoryBusWidth = bus_width;
   p->totalConstMem = 65536;
   p->memPitch = 2147483647;
   p->textureAlignment = 512;
@@ -219,6 +246,9 @@ EXPORT cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) 
     case cudaDevAttrMaxSharedMemoryPerBlock: *v = (int)p.sharedMemPerBlock; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)p.sharedMemPerBlockOptin; break;
     case cudaDevAttrL2CacheSize: *v = p.l2CacheSize; break;
+    case cudaDevAttrGlobalMemoryBusWidth: *v = p.memoryBusWidth; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = (int)p.sharedMemPerMultiprocessor; break;
+    case cudaDevAttrMaxBlocksPerMultiprocessor: *v = p.maxBlocksPerMultiProcessor; break;
     case cudaDevAttrMaxGridDimX: *v = p.maxGridSize[0]; break;
     case cudaDevAttrMaxGridDimY: *v = p.maxGridSize[1]; break;
     case cudaDevAttrMaxGridDimZ: *v = p.maxGridSize[2]; break;
@@ -272,7 +302,7 @@ EXPORT cudaError_t cudaMalloc(void **p, size_t size) {
   if (rounded == 0) { *p = NULL; return cudaSuccess; }
   int refused;
   LOCKED(
-    refused = used_mem + rounded > total_mem;
+    refused = context_bytes + used_mem + rounded > total_mem;
     if (refused) counters[C_REFUSED]++;
     else { *p = (void *)(uintptr_t)take_range(rounded, GRANULARITY, RANGE_MALLOC); used_mem += rounded; counters[C_MALLOC]++; }
   );
@@ -294,7 +324,7 @@ EXPORT cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) { (voi
 EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { (void)s; return cudaFree(p); }
 EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
   INIT();
-  LOCKED(*free_b = total_mem - used_mem; *total_b = total_mem);
+  LOCKED(*free_b = total_mem - context_bytes - used_mem; *total_b = total_mem);
   return cudaSuccess;
 }
 
@@ -445,7 +475,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = cc_major; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = cc_minor; break;
-    default: *v = 0; break;
+    default: return cudaDeviceGetAttribute(v, (enum cudaDeviceAttr)a, d) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
   }
   return CUDA_SUCCESS;
 }
@@ -477,7 +507,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
   if (size == 0 || size % GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
   CUresult r = CUDA_SUCCESS;
   LOCKED(
-    if (used_mem + size > total_mem) { r = CUDA_ERROR_OUT_OF_MEMORY; counters[C_REFUSED]++; }
+    if (context_bytes + used_mem + size > total_mem) { r = CUDA_ERROR_OUT_OF_MEMORY; counters[C_REFUSED]++; }
     else {
       Handle *x = calloc(1, sizeof(Handle));
       if (!x) misuse("out of host memory", 0);

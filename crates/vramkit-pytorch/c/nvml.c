@@ -8,6 +8,7 @@
  * NVLink and fabric, so expandable segments see no fabric access (as on a
  * single PCIe GPU).
  */
+#include <cuda_runtime_api.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,8 +41,8 @@ EXPORT int nvmlDeviceGetComputeRunningProcesses(void *d, unsigned *n, void *p) {
 }
 EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void *d, unsigned *n, void *p) { return nvmlDeviceGetComputeRunningProcesses(d, n, p); }
 EXPORT int nvmlDeviceGetComputeRunningProcesses_v2(void *d, unsigned *n, void *p) { return nvmlDeviceGetComputeRunningProcesses(d, n, p); }
-EXPORT int nvmlSystemGetCudaDriverVersion_v2(int *v) { *v = 13020; return NVML_SUCCESS; }
-EXPORT int nvmlSystemGetCudaDriverVersion(int *v) { *v = 13020; return NVML_SUCCESS; }
+EXPORT int nvmlSystemGetCudaDriverVersion_v2(int *v) { *v = CUDART_VERSION; return NVML_SUCCESS; }
+EXPORT int nvmlSystemGetCudaDriverVersion(int *v) { *v = CUDART_VERSION; return NVML_SUCCESS; }
 /* A fabric query succeeds and says the GPU is in no fabric: status
  * NVML_SUCCESS, state NVML_GPU_FABRIC_STATE_NOT_SUPPORTED (0). torch 2.13
  * and 2.14 check that the call succeeds. Only the fields every version of

@@ -91,6 +91,21 @@ pub fn replay_as_empty_cache(
         return false;
     }
     if runs[k].1 == ReleaseRun::RetryLadder {
+        // With expandable segments a refused first attempt leaves something
+        // behind: the reservation it made when no segment had room, which
+        // the retry then maps first (the lowest address). Where the model's
+        // device refuses that attempt too, its own ladder repeats it all.
+        let config = model.config();
+        if config.expandable_segments {
+            let refuses = request.is_some_and(|r| {
+                let units = vramkit_core::rounding::round_size(r.size, &config.roundup_power2_divisions)
+                    .next_multiple_of(config.large_segment_size_bytes);
+                vramkit_core::Device::mem_get_info(model.device()).free_bytes < units
+            });
+            if refuses {
+                return false;
+            }
+        }
         return !request.is_some_and(|r| after.fits_in_cache(r.size, StreamId(r.stream)));
     }
     // A request right after the run, with no new memory: after a call the

@@ -124,8 +124,11 @@ pub struct SimDevice {
     /// Queued addresses are what the real device returned (a verify): a
     /// reservation needs only its base free, see `with_recorded_addresses`.
     recorded_addresses: bool,
-    /// `malloc` hands out the lowest free range too, not the bump pointer.
+    /// `malloc` hands out the highest free range too, not the bump pointer.
     first_fit: bool,
+    /// The top of the address space ranges are handed out below: the
+    /// highest end handed out or queued so far.
+    ceiling: u64,
     faults: Faults,
     event_mode: EventMode,
     events: HashMap<u64, SimEvent>,
@@ -145,6 +148,9 @@ impl SimDevice {
     pub const DEFAULT_GRANULARITY: u64 = 2 << 20;
     /// Where the first range starts (a typical CUDA device address).
     pub const DEFAULT_BASE: u64 = 0x7f00_0000_0000;
+    /// The address space `with_first_fit` hands out, above the base: room
+    /// for dozens of reservations of the largest size (64 TiB).
+    pub const ADDRESS_SPACE: u64 = 1 << 52;
 
     /// A device with `capacity_bytes` of memory (`u64::MAX`: unlimited).
     pub fn new(capacity_bytes: u64) -> SimDevice {
@@ -162,6 +168,7 @@ impl SimDevice {
             queued_reservations: VecDeque::new(),
             recorded_addresses: false,
             first_fit: false,
+            ceiling: Self::DEFAULT_BASE,
             faults: Faults { next: 0, rate: 0, rng: 1 },
             event_mode: EventMode::Immediate,
             events: HashMap::new(),
@@ -181,6 +188,7 @@ impl SimDevice {
         assert!(self.live.is_empty(), "set the base address before the first malloc");
         self.base_address = base;
         self.next_address = base;
+        self.ceiling = self.ceiling.max(base);
         self
     }
 
@@ -302,12 +310,14 @@ impl SimDevice {
         self
     }
 
-    /// `malloc` hands out the lowest free range from the base, as the CUDA
-    /// driver reuses freed address space, instead of ever higher addresses.
-    /// Where releases order equal-size free blocks by address, a replay
-    /// under other settings then places them as the device would.
+    /// `malloc` hands out the highest free range below a ceiling far above
+    /// the base, as the CUDA driver hands out address space downward and
+    /// reuses what was freed, instead of ever higher addresses. Where
+    /// releases order equal-size free blocks by address, a replay under
+    /// other settings then places them as the device would.
     pub fn with_first_fit(mut self) -> SimDevice {
         self.first_fit = true;
+        self.ceiling = self.ceiling.max(self.base_address.saturating_add(Self::ADDRESS_SPACE));
         self
     }
 
@@ -338,6 +348,7 @@ impl SimDevice {
         self.live.insert(addr, size_bytes);
         self.used_bytes += size_bytes;
         self.next_address = self.next_address.max(align_up(end, self.granularity_bytes));
+        self.ceiling = self.ceiling.max(end);
     }
 
     /// Marks one event complete.
@@ -393,6 +404,7 @@ impl SimDevice {
             };
             if fits {
                 self.next_address = self.next_address.max(align_up(addr.saturating_add(size), self.granularity_bytes));
+                self.ceiling = self.ceiling.max(addr.saturating_add(size));
                 return addr;
             }
             self.counters.rejected_addresses += 1;
@@ -405,25 +417,35 @@ impl SimDevice {
         addr
     }
 
-    /// The lowest address from the base with `size` bytes clear of every
-    /// live range and reservation: how the driver hands out address space,
-    /// so a reservation freed and made again (the retry ladder's last
-    /// attempt) gets its old address back.
+    /// The highest range of `size` bytes below the ceiling that is clear of
+    /// every live range and reservation: how the CUDA driver hands out
+    /// address space, downward, reusing what was freed. So a reservation
+    /// freed and made again (the retry ladder's last attempt) gets its old
+    /// address back, and equal-size free blocks sort by address as on the
+    /// device. Above the ceiling (raising it) when nothing below fits.
     fn first_free_range(&mut self, size: u64) -> u64 {
         let mut taken: Vec<(u64, u64)> = self.live.iter().map(|(&a, &s)| (a, a.saturating_add(s))).collect();
         taken.extend(self.reservations.iter().map(|(&a, r)| (a, a.saturating_add(r.size))));
-        taken.sort_unstable();
-        let mut at = self.base_address;
+        taken.sort_unstable_by(|x, y| y.cmp(x));
+        let align = self.granularity_bytes;
+        let mut hi = self.ceiling;
         for (start, end) in taken {
-            if end <= at {
+            if start >= hi {
                 continue;
             }
-            if at.saturating_add(size) <= start {
-                break;
+            let at = hi.saturating_sub(size) / align * align;
+            if at >= end && at >= self.base_address && hi >= size {
+                return at;
             }
-            at = align_up(end, self.granularity_bytes);
+            hi = hi.min(start);
         }
-        self.next_address = self.next_address.max(align_up(at.saturating_add(size), self.granularity_bytes));
+        let at = hi.saturating_sub(size) / align * align;
+        if hi >= size && at >= self.base_address {
+            return at;
+        }
+        let at = align_up(self.ceiling, align);
+        self.ceiling = at.saturating_add(size);
+        self.next_address = self.next_address.max(align_up(self.ceiling, align));
         at
     }
 }
