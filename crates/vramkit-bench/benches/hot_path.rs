@@ -148,5 +148,31 @@ fn c_abi_pair(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::
     });
 }
 
-criterion_group!(benches, cache_hit_pair, front_end_pair, mixed_trace_sizes);
+/// PyTorch's own cache-hit pair, `raw_alloc_with_stream` + `raw_delete` of
+/// libc10_cuda.so (the newest torch release, on the fake CUDA runtime,
+/// history off), timed by the harness itself in batches of the iterations
+/// criterion asks for: the anchor vramkit's pair is measured against, in
+/// the same run. Skipped (with the reason) where the harness cannot be built.
+fn pytorch_pair(c: &mut Criterion) {
+    use vramkit_pytorch::{Harness, Op, Program, Release, Setup};
+    let harness = match Harness::build(Release::newest()) {
+        Ok(Some(h)) => h,
+        Ok(None) => return,
+        Err(e) => panic!("{e}"),
+    };
+    let mut group = c.benchmark_group("pytorch_pair");
+    for (name, size) in [("small_512B", 512u64), ("large_4MiB", 4 << 20)] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let program = Program { ops: vec![Op::TimePairs { n: iters, size }] };
+                let out = harness.run(&program, &Setup { no_history: true, ..Setup::default() }).unwrap_or_else(|e| panic!("{e}"));
+                let ns = out.pairs.first().expect("the harness times the pairs").2;
+                std::time::Duration::from_nanos((ns * iters as f64) as u64)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, cache_hit_pair, front_end_pair, mixed_trace_sizes, pytorch_pair);
 criterion_main!(benches);
