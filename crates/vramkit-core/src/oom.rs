@@ -54,6 +54,10 @@ pub struct OutOfMemoryError {
     /// ([`Device::process_memory_bytes`](crate::Device::process_memory_bytes)).
     #[serde(default)]
     pub process_memory_bytes: Option<u64>,
+    /// `expandable_segments` was in effect (2.15 words its message's tail
+    /// differently then).
+    #[serde(default)]
+    pub expandable_segments: bool,
     /// True for a request of 1 EB or more, refused before anything else.
     pub more_than_one_exabyte: bool,
     /// vramkit's analysis; `None` for the 1 EB refusal.
@@ -73,12 +77,13 @@ impl OutOfMemoryError {
             reserved_bytes: 0,
             private_pool_free_bytes: 0,
             process_memory_bytes: None,
+            expandable_segments: false,
             more_than_one_exabyte: true,
             diagnosis: None,
         }
     }
 
-    /// PyTorch's message alone, exactly as PyTorch 2.11+ prints it.
+    /// PyTorch's message alone, exactly as the newest release prints it.
     pub fn pytorch_message(&self) -> String {
         self.pytorch_message_as(crate::oom_message::MessageStyle::default())
     }
@@ -107,6 +112,7 @@ impl OutOfMemoryError {
             allocated_bytes: self.allocated_bytes,
             reserved_bytes: self.reserved_bytes,
             private_pool_cached_bytes: self.private_pool_free_bytes,
+            expandable_segments: self.expandable_segments,
         }
     }
 

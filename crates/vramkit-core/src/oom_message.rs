@@ -70,16 +70,24 @@ pub enum MessageStyle {
     /// PR #123984). For GPU 0 that is a NUL byte, at which Python cuts the
     /// message: `... Tried to allocate X. GPU `.
     V2_3,
-    /// 2.4 – 2.9: the fraction limit again and, when private pools cache free
-    /// blocks, `with P allocated in private pools (e.g., CUDA Graphs), `.
+    /// 2.4.x: when private pools cache free blocks, `with P allocated in
+    /// private pools (e.g., CUDA Graphs), `. The fraction limit is still
+    /// left out, as in 2.1 – 2.3 (measured on torch 2.4.1; 2.5 is taken to
+    /// print as 2.4).
     V2_4,
+    /// 2.6 – 2.9: [`MessageStyle::V2_4`] with the fraction limit again
+    /// (`L allowed; `, measured on torch 2.6 and 2.8).
+    V2_6,
     /// 2.10.x: the hint names `PYTORCH_ALLOC_CONF`; URL unchanged.
     V2_10,
-    /// 2.11 and later (spec R26): `PYTORCH_CUDA_ALLOC_CONF` again, and the
-    /// `docs.pytorch.org` URL. 2.15 reportedly prints the hint only while
-    /// expandable segments are off; that is not modelled.
-    #[default]
+    /// 2.11 – 2.14 (spec R26): `PYTORCH_CUDA_ALLOC_CONF` again, and the
+    /// `docs.pytorch.org` URL (measured on 2.11, 2.12 and 2.13).
     V2_11,
+    /// 2.15 and later: [`MessageStyle::V2_11`], but while expandable
+    /// segments are on the `expandable_segments:True` hint gives way to a
+    /// note on running out of virtual address space (measured on torch 2.15).
+    #[default]
+    V2_15,
 }
 
 /// Which build of PyTorch prints the message.
@@ -142,6 +150,9 @@ pub struct OomMessage {
     /// Bytes of free blocks cached in private pools (CUDA graphs, `MemPool`).
     /// Counted as allocated from 2.4 on; earlier wordings ignore it.
     pub private_pool_cached_bytes: u64,
+    /// `expandable_segments` was on when memory ran out, which changes the
+    /// tail of the message from 2.15 on.
+    pub expandable_segments: bool,
 }
 
 const OLD_HINT: &str = " If reserved memory is >> allocated memory try setting max_split_size_mb \
@@ -149,6 +160,12 @@ const OLD_HINT: &str = " If reserved memory is >> allocated memory try setting m
 const V2_1_HINT: &str =
     " If reserved but unallocated memory is large try setting max_split_size_mb \
                          to avoid fragmentation.  See documentation for Memory Management and ";
+/// 2.15's tail while expandable segments are on, instead of the hint.
+const V2_15_EXPANDABLE_NOTE: &str = " expandable_segments is enabled. If instead the process is running out of virtual \
+                                     address space (VSZ), expandable segments may be over-reserving VA (each segment \
+                                     reserves ~9/8 of device memory, times the number of streams); reduce it via \
+                                     PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve / \
+                                     expandable_segments_reserve_by_class.";
 const OLD_URL: &str = "https://pytorch.org/docs/stable/notes/cuda.html#environment-variables";
 const DOCS_URL: &str = "https://docs.pytorch.org/docs/stable/notes/cuda.html\
                         #optimizing-memory-usage-with-pytorch-cuda-alloc-conf";
@@ -237,7 +254,11 @@ impl OomMessage {
         } else {
             0
         };
-        if with_private_pools {
+        let prints_limit = !matches!(
+            self.style,
+            MessageStyle::V2_1 | MessageStyle::V2_2 | MessageStyle::V2_3 | MessageStyle::V2_4
+        );
+        if prints_limit {
             self.write_allowed(f)?;
         }
         // Unsigned arithmetic, as in the C++.
@@ -267,7 +288,10 @@ impl OomMessage {
         if self.style == MessageStyle::V2_1 {
             return write!(f, "{V2_1_HINT}{}", self.env_var());
         }
-        let url = if self.style == MessageStyle::V2_11 {
+        if self.style == MessageStyle::V2_15 && self.expandable_segments {
+            return f.write_str(V2_15_EXPANDABLE_NOTE);
+        }
+        let url = if matches!(self.style, MessageStyle::V2_11 | MessageStyle::V2_15) {
             DOCS_URL
         } else {
             OLD_URL
@@ -383,9 +407,11 @@ mod tests {
             (MessageStyle::V2_1, false),
             (MessageStyle::V2_2, false),
             (MessageStyle::V2_3, false),
-            (MessageStyle::V2_4, true),
+            (MessageStyle::V2_4, false),
+            (MessageStyle::V2_6, true),
             (MessageStyle::V2_10, true),
             (MessageStyle::V2_11, true),
+            (MessageStyle::V2_15, true),
         ] {
             let text = message(style).to_string();
             assert_eq!(

@@ -120,7 +120,7 @@ const EXPECTED: [Option<(MessageStyle, Platform)>; 28] = [
     Some((V2_4, Platform::Cuda)),
     Some((V2_4, Platform::Cuda)),
     Some((V2_4, Platform::RocmHipAllocConf)),
-    Some((V2_4, Platform::Rocm)),
+    Some((V2_6, Platform::Rocm)),
     Some((V2_10, Platform::Cuda)),
     Some((V2_10, Platform::Cuda)),
     Some((V2_11, Platform::Cuda)),
@@ -318,7 +318,7 @@ fn oom_golden_figures_are_read_as_printed() {
         [Some(2_006_998), None]
     );
     // Fraction limit and private pools, ROCm wording.
-    let rocm = parse_oom(&message(23), V2_4, Platform::Rocm);
+    let rocm = parse_oom(&message(23), V2_6, Platform::Rocm);
     assert_eq!(rocm.allowed_bytes, Some(bytes_of("1.05", "GiB")));
     assert_eq!(rocm.private_pool_cached_bytes, 17 << 20);
     // NVML's "not available".

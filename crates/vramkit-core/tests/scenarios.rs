@@ -2,7 +2,7 @@
 //! whole state and the whole set of current statistics asserted at each step.
 
 use crate::support::*;
-use vramkit_core::{DeviceAddr, HistoryConfig, StreamId};
+use vramkit_core::{CachingAllocator, DeviceAddr, HistoryConfig, PytorchRelease, StreamId};
 use vramkit_sim::{EventMode, SimDevice};
 
 #[test]
@@ -712,4 +712,64 @@ fn equal_size_free_blocks_come_from_the_older_segment_from_2_13() {
     assert_eq!(run(PytorchRelease::new(2, 12)), DeviceAddr(0x2000_0000));
     assert_eq!(run(PytorchRelease::new(2, 13)), DeviceAddr(0x2000_0000));
     assert_eq!(run(PytorchRelease::NEWEST), DeviceAddr(0x2000_0000));
+}
+
+// --- measured on PyTorch's own allocator -----------------------------------------
+// Each expectation below is what the release's libc10_cuda.so did with the same
+// calls on the fake CUDA runtime (crates/vramkit-pytorch), with record_stream
+// reaching the allocator.
+
+/// The message of the out-of-memory error `malloc(size)` raises, worded as `release` words it.
+fn oom_text(a: &mut CachingAllocator<SimDevice>, size: u64, release: &str) -> String {
+    let err = a.malloc(size, S0).unwrap_err();
+    err.as_oom().expect("an out-of-memory error").pytorch_message_as(PytorchRelease::parse(release).unwrap().message_style())
+}
+
+#[test]
+fn torch_2_4_leaves_the_fraction_limit_out_of_its_oom_message() {
+    for (release, allowed, url) in [
+        ("2.4", "", "https://pytorch.org/docs/stable/notes/cuda.html#environment-variables"),
+        ("2.6", "50.00 MiB allowed; ", "https://pytorch.org/docs/stable/notes/cuda.html#environment-variables"),
+    ] {
+        let mut a = allocator_as(release, SimDevice::new(100 * MIB), "");
+        a.set_memory_fraction(0.5).unwrap();
+        a.malloc(30 * MIB, S0).unwrap();
+        assert_eq!(
+            oom_text(&mut a, 30 * MIB, release),
+            format!(
+                "CUDA out of memory. Tried to allocate 30.00 MiB. GPU 0 has a total capacity of 100.00 MiB of which 70.00 MiB is \
+                 free. Including non-PyTorch memory, this process has 30.00 MiB memory in use. {allowed}Of the allocated memory \
+                 30.00 MiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but \
+                 unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid \
+                 fragmentation.  See documentation for Memory Management  ({url})"
+            ),
+            "torch {release}"
+        );
+    }
+}
+
+#[test]
+fn torch_2_15_ends_its_oom_message_with_an_address_space_note_under_expandable_segments() {
+    let head = "CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of 100.00 MiB of which 20.00 MiB \
+                is free. Including non-PyTorch memory, this process has 80.00 MiB memory in use. Of the allocated memory 70.00 \
+                MiB is allocated by PyTorch, and 10.00 MiB is reserved by PyTorch but unallocated.";
+    let hint = " If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to \
+                avoid fragmentation.  See documentation for Memory Management  \
+                (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
+    let note = " expandable_segments is enabled. If instead the process is running out of virtual address space (VSZ), \
+                expandable segments may be over-reserving VA (each segment reserves ~9/8 of device memory, times the number \
+                of streams); reduce it via PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve / \
+                expandable_segments_reserve_by_class.";
+    for (release, tail) in [("2.13", hint), ("2.15", note)] {
+        let mut a = allocator_as(release, SimDevice::new(100 * MIB), "expandable_segments:True");
+        a.malloc(70 * MIB, S0).unwrap();
+        assert_eq!(oom_text(&mut a, 40 * MIB, release), format!("{head}{tail}"), "torch {release}");
+    }
+    // The setting in effect when memory runs out decides (2.15 measured both ways).
+    let mut a = allocator_as("2.15", SimDevice::new(100 * MIB), "expandable_segments:True");
+    a.malloc(70 * MIB, S0).unwrap();
+    let mut config = a.config().clone();
+    config.set_allocator_settings_pytorch("expandable_segments:False").unwrap();
+    a.set_config(config).unwrap();
+    assert!(oom_text(&mut a, 40 * MIB, "2.15").ends_with("alloc-conf)"));
 }

@@ -1,7 +1,7 @@
 //! Helpers shared by the scenario and property tests.
 
 use std::fmt::Write;
-use vramkit_core::{AllocatorConfig, CachingAllocator, Device, StreamId, TraceEntry};
+use vramkit_core::{AllocatorConfig, CachingAllocator, Device, PytorchRelease, StreamId, TraceEntry};
 use vramkit_sim::SimDevice;
 
 pub const KIB: u64 = 1 << 10;
@@ -17,6 +17,14 @@ pub fn allocator(conf: &str) -> CachingAllocator<SimDevice> {
 /// An allocator on `device` with settings parsed from `conf`.
 pub fn allocator_on(device: SimDevice, conf: &str) -> CachingAllocator<SimDevice> {
     let config = AllocatorConfig::parse(conf).expect("test settings parse");
+    CachingAllocator::new(device, config)
+}
+
+/// An allocator on `device` following the rules of PyTorch `release`
+/// (`"2.13"`), with settings parsed as that release parses them.
+pub fn allocator_as(release: &str, device: SimDevice, conf: &str) -> CachingAllocator<SimDevice> {
+    let compat = PytorchRelease::parse(release).expect("a release").compat();
+    let config = AllocatorConfig::parse_with_compat(conf, compat).expect("test settings parse");
     CachingAllocator::new(device, config)
 }
 

@@ -211,6 +211,7 @@ impl<D: Device> CachingAllocator<D> {
             reserved_bytes: self.stats.reserved_bytes.all.current as u64,
             private_pool_free_bytes: self.private_pool_free_bytes(),
             process_memory_bytes: self.device.process_memory_bytes(),
+            expandable_segments: self.expandable_active(),
             more_than_one_exabyte: false,
             diagnosis: Some(OomDiagnosis {
                 rounded_size_bytes: params.size,

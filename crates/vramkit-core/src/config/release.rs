@@ -69,9 +69,11 @@ impl PytorchRelease {
             (2, 1) => MessageStyle::V2_1,
             (2, 2) => MessageStyle::V2_2,
             (2, 3) => MessageStyle::V2_3,
-            (2, 4..=9) => MessageStyle::V2_4,
+            (2, 4..=5) => MessageStyle::V2_4,
+            (2, 6..=9) => MessageStyle::V2_6,
             (2, 10) => MessageStyle::V2_10,
-            _ => MessageStyle::V2_11,
+            (2, 11..=14) => MessageStyle::V2_11,
+            _ => MessageStyle::V2_15,
         }
     }
 
