@@ -2,7 +2,7 @@
 //! whole state and the whole set of current statistics asserted at each step.
 
 use crate::support::*;
-use vramkit_core::{CachingAllocator, DeviceAddr, HistoryConfig, PytorchRelease, StreamId};
+use vramkit_core::{CachingAllocator, DeviceAddr, HistoryConfig, PytorchRelease, Stat, StreamId};
 use vramkit_sim::{EventMode, SimDevice};
 
 #[test]
@@ -719,6 +719,10 @@ fn equal_size_free_blocks_come_from_the_older_segment_from_2_13() {
 // calls on the fake CUDA runtime (crates/vramkit-pytorch), with record_stream
 // reaching the allocator.
 
+/// The first two streams `getStreamFromPool` hands out on the fake runtime.
+const POOL_STREAM_1: StreamId = StreamId(0x1010);
+const POOL_STREAM_2: StreamId = StreamId(0x1050);
+
 /// The message of the out-of-memory error `malloc(size)` raises, worded as `release` words it.
 fn oom_text(a: &mut CachingAllocator<SimDevice>, size: u64, release: &str) -> String {
     let err = a.malloc(size, S0).unwrap_err();
@@ -772,4 +776,22 @@ fn torch_2_15_ends_its_oom_message_with_an_address_space_note_under_expandable_s
     config.set_allocator_settings_pytorch("expandable_segments:False").unwrap();
     a.set_config(config).unwrap();
     assert!(oom_text(&mut a, 40 * MIB, "2.15").ends_with("alloc-conf)"));
+}
+
+#[test]
+fn completed_events_free_their_blocks_highest_stream_first() {
+    // x's stream first: x becomes a second inactive split block, then y
+    // merges all three. Walked the other way the peak would stay at 1.
+    let mut a = allocator_on(SimDevice::unlimited().with_event_mode(EventMode::Manual), "");
+    let x = a.malloc(1000, S0).unwrap();
+    let y = a.malloc(1000, S0).unwrap();
+    a.record_stream(x, POOL_STREAM_2).unwrap();
+    a.record_stream(y, POOL_STREAM_1).unwrap();
+    a.free(x).unwrap();
+    a.free(y).unwrap();
+    a.reset_peak_stats();
+    a.device_mut().complete_all_events();
+    a.malloc(4_000_000, S0).unwrap();
+    assert_eq!(a.stats().inactive_split.small_pool, Stat { current: 0, peak: 2, allocated: 2, freed: 2 });
+    assert_eq!(a.stats().inactive_split.all, Stat { current: 1, peak: 2, allocated: 3, freed: 2 });
 }

@@ -61,13 +61,14 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// 3 step 1: free the blocks whose events have completed, per stream in
-    /// FIFO order, stopping at each stream's first incomplete event.
+    /// FIFO order, stopping at each stream's first incomplete event; the
+    /// streams in `cuda_events`' order.
     pub(crate) fn process_events_impl(&mut self, context: &Option<Frames>) {
         self.insert_events_deferred_until_no_capture();
         if self.cuda_events.is_empty() {
             return;
         }
-        let streams: Vec<_> = self.cuda_events.keys().copied().collect();
+        let streams: Vec<_> = self.cuda_events.keys().rev().copied().collect();
         for stream in streams {
             while let Some(&pending) = self.cuda_events.get(&stream).and_then(|q| q.front()) {
                 if !self.device.query_event(pending.event) {
@@ -87,7 +88,7 @@ impl<D: Device> CachingAllocator<D> {
         self.stats.account_sync_all_streams();
         self.insert_events_deferred_until_no_capture();
         let events = std::mem::take(&mut self.cuda_events);
-        for (_, queue) in events {
+        for (_, queue) in events.into_iter().rev() {
             for pending in queue {
                 self.device.synchronize_event(pending.event);
                 self.complete_event(pending, context);

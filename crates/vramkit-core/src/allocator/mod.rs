@@ -75,7 +75,12 @@ pub struct CachingAllocator<D: Device> {
     pub(crate) allocated: HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>,
     /// Blocks freed with `free_requested`, waiting for `free_completed`.
     pub(crate) held: HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>,
-    /// Pending `record_stream` events per stream, oldest first.
+    /// Pending `record_stream` events per stream, oldest first. Streams are
+    /// walked from the highest handle down. PyTorch walks them in the order
+    /// of its hash map of c10 stream ids, which a device handle does not
+    /// give; for the first two pool streams a program takes (PyTorch's
+    /// harness, measured) that is the later one first, and their handles
+    /// grow. Only the peaks of `inactive_split` can tell the orders apart.
     pub(crate) cuda_events: BTreeMap<StreamId, VecDeque<PendingEvent>>,
     pub(crate) stats: DeviceStats,
     /// Bytes of all segments and mapped pages of this device, all pools.
