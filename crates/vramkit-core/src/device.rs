@@ -106,6 +106,15 @@ pub trait Device {
         None
     }
 
+    /// `cudaStreamGetCaptureInfo` on the calling thread's current stream:
+    /// is a CUDA graph being captured? Torch 2.13 and later ask this, while
+    /// an allocate-to-pool is active, before every step a capture forbids
+    /// (see [`Compat::capture_guards_ask_the_stream`](crate::config::Compat::capture_guards_ask_the_stream)).
+    /// A device that never captures says no (the default).
+    fn is_capturing(&self) -> bool {
+        false
+    }
+
     /// `cudaEventRecord` on `stream`.
     fn record_event(&mut self, stream: StreamId) -> EventId;
 

@@ -775,7 +775,7 @@ fn compat_strategy() -> BoxedStrategy<Compat> {
         Just(Compat::R26),
         Just(Compat::V2_13),
         Just(Compat::V2_12),
-        any::<[bool; 10]>().prop_map(|b| Compat {
+        any::<[bool; 11]>().prop_map(|b| Compat {
             roundup_gt_overwrites_last: b[0],
             max_split_size_strictly_above_20: b[1],
             fixed_oversize_tolerance: b[2],
@@ -786,6 +786,7 @@ fn compat_strategy() -> BoxedStrategy<Compat> {
             private_pool_first_registered: b[7],
             size_ties: if b[8] { vramkit_core::config::SizeTies::SegmentAge } else { vramkit_core::config::SizeTies::Address },
             expandable_in_private_pools: b[9],
+            capture_guards_ask_the_stream: b[10],
         }),
     ]
     .boxed()

@@ -2,7 +2,7 @@
 //! whole state and the whole set of current statistics asserted at each step.
 
 use crate::support::*;
-use vramkit_core::{CachingAllocator, DeviceAddr, HistoryConfig, PytorchRelease, Stat, StreamId};
+use vramkit_core::{CachingAllocator, DeviceAddr, HistoryConfig, PytorchRelease, Stat, StreamFilter, StreamId};
 use vramkit_sim::{EventMode, SimDevice};
 
 #[test]
@@ -794,4 +794,29 @@ fn completed_events_free_their_blocks_highest_stream_first() {
     a.malloc(4_000_000, S0).unwrap();
     assert_eq!(a.stats().inactive_split.small_pool, Stat { current: 0, peak: 2, allocated: 2, freed: 2 });
     assert_eq!(a.stats().inactive_split.all, Stat { current: 1, peak: 2, allocated: 3, freed: 2 });
+}
+
+#[test]
+fn from_torch_2_13_only_a_capturing_stream_holds_events_and_cache_back() {
+    // An allocate-to-pool on a device that is not capturing a graph: 2.12
+    // neither frees the block whose event completed nor empties the cache
+    // before its last retry; 2.13 does both.
+    for (release, still_active) in [("2.12", 2), ("2.13", 1)] {
+        let mut a = allocator_as(release, SimDevice::unlimited().with_event_mode(EventMode::Manual), "");
+        let p = a.malloc(1000, S0).unwrap();
+        a.record_stream(p, POOL_STREAM_1).unwrap();
+        a.free(p).unwrap();
+        a.device_mut().complete_all_events();
+        a.begin_allocate_to_pool((0, 1), StreamFilter::Stream(POOL_STREAM_2)).unwrap();
+        a.malloc(1000, S0).unwrap();
+        assert_eq!(a.stats().active.all.current, still_active, "torch {release}");
+    }
+    for (release, fits) in [("2.12", false), ("2.13", true)] {
+        let mut a = allocator_as(release, SimDevice::new(GIB), "");
+        let p = a.malloc(600_000_000, S0).unwrap();
+        a.free(p).unwrap();
+        a.begin_allocate_to_pool((0, 1), StreamFilter::Stream(S0)).unwrap();
+        assert_eq!(a.malloc(600_000_000, S0).is_ok(), fits, "torch {release}");
+        assert_eq!((a.stats().num_alloc_retries, a.stats().num_ooms), if fits { (1, 0) } else { (0, 1) });
+    }
 }

@@ -20,7 +20,7 @@ impl<D: Device> CachingAllocator<D> {
         self.stats.account_free_requested(kind, size, oversize);
         let frames = self.free_trace_frames(id, &context);
         self.record_trace(TraceAction::FreeRequested, addr, requested, stream, frames);
-        if has_stream_uses && !self.captures_underway.is_empty() {
+        if has_stream_uses && self.capture_underway() {
             // Events recorded during a capture would be part of the graph.
             self.deferred_frees.push(id);
         } else if has_stream_uses {
@@ -43,7 +43,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     fn insert_events_deferred_until_no_capture(&mut self) {
-        if self.captures_underway.is_empty() && !self.deferred_frees.is_empty() {
+        if !self.capture_underway() && !self.deferred_frees.is_empty() {
             for id in std::mem::take(&mut self.deferred_frees) {
                 self.insert_events(id);
             }

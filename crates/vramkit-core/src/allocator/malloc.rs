@@ -39,7 +39,7 @@ impl<D: Device> CachingAllocator<D> {
                 orig_size,
             ))));
         }
-        if self.captures_underway.is_empty() {
+        if !self.capture_underway() {
             self.process_events_impl(&context);
         }
 
@@ -54,7 +54,7 @@ impl<D: Device> CachingAllocator<D> {
             let ok = self.alloc_block(&mut params, false, &context)?
                 || (self.release_available_cached_blocks(&params, &context)?
                     && self.alloc_block(&mut params, false, &context)?)
-                || (self.captures_underway.is_empty()
+                || (!self.capture_underway()
                     && self.release_cached_blocks(Some(&context))
                     && self.alloc_block(&mut params, true, &context)?);
             if !ok {

@@ -382,7 +382,7 @@ impl<D: Device> CachingAllocator<D> {
     /// Frees the blocks whose stream events have completed, as the start of
     /// every `malloc` does. Replays call it at the end of a trace.
     pub fn process_events(&mut self) {
-        if self.captures_underway.is_empty() {
+        if !self.capture_underway() {
             self.process_events_impl(&None);
         }
         self.validate();

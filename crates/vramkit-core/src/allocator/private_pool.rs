@@ -142,6 +142,15 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
+    /// Whether the steps a CUDA-graph capture forbids are skipped now:
+    /// while any allocate-to-pool is active, or from torch 2.13 only while
+    /// the device says the current stream is capturing.
+    #[inline]
+    pub(crate) fn capture_underway(&self) -> bool {
+        !self.captures_underway.is_empty()
+            && (!self.config.compat.capture_guards_ask_the_stream || self.device.is_capturing())
+    }
+
     /// Ids of the live private pools.
     pub fn private_pool_ids(&self) -> Vec<MempoolId> {
         self.private_pools.keys().copied().collect()

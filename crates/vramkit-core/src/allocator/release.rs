@@ -91,7 +91,7 @@ impl<D: Device> CachingAllocator<D> {
     pub(crate) fn release_cached_blocks(&mut self, context: Option<&Option<Frames>>) -> bool {
         let none = None;
         let context = context.unwrap_or(&none);
-        if self.captures_underway.is_empty() {
+        if !self.capture_underway() {
             self.synchronize_and_free_events(context);
             self.release_blocks(LARGE_POOL, context);
             self.release_blocks(SMALL_POOL, context);

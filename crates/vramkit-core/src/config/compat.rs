@@ -49,6 +49,15 @@ pub struct Compat {
     /// too (2.6 and later); torch 2.4 gives them classic `cudaMalloc`
     /// segments (measured on the binaries).
     pub expandable_in_private_pools: bool,
+    /// The steps a CUDA-graph capture forbids (processing and waiting on
+    /// stream events, recording a free's events, releasing the default
+    /// pools' cache in `empty_cache` and before the last retry) are skipped
+    /// only while the current stream is capturing ([`Device::is_capturing`](crate::Device::is_capturing)),
+    /// not whenever an allocate-to-pool is active: a private pool used
+    /// without a capture (`torch.cuda.use_mem_pool`) no longer holds freed
+    /// blocks back or refuses to release cache (torch 2.13 and later,
+    /// `is_capture_context()`; measured on the binaries).
+    pub capture_guards_ask_the_stream: bool,
 }
 
 /// How the free sets order free blocks of equal size: which one best fit
@@ -82,11 +91,13 @@ impl Compat {
         private_pool_first_registered: false,
         size_ties: SizeTies::Address,
         expandable_in_private_pools: true,
+        capture_guards_ask_the_stream: false,
     };
     /// PyTorch 2.12: R26, with size ties broken by block age.
     pub const V2_12: Compat = Compat { size_ties: SizeTies::BlockAge, ..Compat::R26 };
-    /// PyTorch 2.13 and later: R26, with size ties broken by segment age.
-    pub const V2_13: Compat = Compat { size_ties: SizeTies::SegmentAge, ..Compat::R26 };
+    /// PyTorch 2.13 and later: R26, with size ties broken by segment age and
+    /// the capture guards asking the stream.
+    pub const V2_13: Compat = Compat { size_ties: SizeTies::SegmentAge, capture_guards_ask_the_stream: true, ..Compat::R26 };
     /// PyTorch 2.6 to 2.9.
     pub const V2_8: Compat = Compat {
         roundup_gt_overwrites_last: true,
@@ -99,6 +110,7 @@ impl Compat {
         private_pool_first_registered: false,
         size_ties: SizeTies::Address,
         expandable_in_private_pools: true,
+        capture_guards_ask_the_stream: false,
     };
     /// Mid-2024 PyTorch (2.4).
     pub const R24: Compat = Compat {
@@ -112,6 +124,7 @@ impl Compat {
         private_pool_first_registered: true,
         size_ties: SizeTies::Address,
         expandable_in_private_pools: false,
+        capture_guards_ask_the_stream: false,
     };
 
     /// The switches of one generation.
