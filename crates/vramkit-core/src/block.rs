@@ -58,6 +58,11 @@ pub(crate) struct Block {
     /// Other streams that used this block (`record_stream`); sorted, no duplicates,
     /// never the block's own stream. Empty for almost every block.
     pub stream_uses: Vec<StreamId>,
+    /// The streams of `stream_uses` recorded while a capture was underway
+    /// (PyTorch's `block_to_cudagraph_stream_uses`): work captured into a
+    /// graph has finished by the time the capture ends, so when the events
+    /// of a free deferred past the capture are recorded, these get none.
+    pub capture_stream_uses: Vec<StreamId>,
     /// The pool's `get_free_blocks_call_count` when the block last entered the free set.
     pub gc_count_base: u64,
     /// Creation order of the block's segment (PyTorch's registration
@@ -90,6 +95,7 @@ impl Block {
             allocated: false,
             event_count: 0,
             stream_uses: Vec::new(),
+            capture_stream_uses: Vec::new(),
             gc_count_base: 0,
             registration_counter: 0,
             expandable: None,

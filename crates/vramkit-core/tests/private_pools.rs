@@ -67,15 +67,16 @@ fn during_a_capture_no_events_are_processed_and_no_cache_is_flushed() {
     let mut a = allocator_on(SimDevice::new(40 * MIB).with_event_mode(EventMode::Manual), "");
     let p = a.malloc(30 * MIB, S0).unwrap();
     a.free(p).unwrap();
+    let q = a.malloc(1000, S0).unwrap();
+    a.record_stream(q, StreamId(3)).unwrap();
     a.begin_allocate_to_pool(POOL, StreamFilter::All).unwrap();
     // The cached 30 MiB default-pool segment would have to be flushed: not
     // during a capture, so the request fails without a retry.
     assert!(a.malloc(20 * MIB, S0).is_err());
     assert_eq!(a.stats().num_alloc_retries, 0);
     assert_eq!(a.stats().num_sync_all_streams, 0);
-    // A block freed with a pending use during capture gets its event afterwards.
-    let q = a.malloc(1000, S0).unwrap();
-    a.record_stream(q, StreamId(3)).unwrap();
+    // A block freed during capture with a use recorded before it gets its
+    // event afterwards (a use recorded during it would get none).
     a.free(q).unwrap();
     assert_eq!(a.device().counters().events_recorded, 0);
     a.end_allocate_to_pool(POOL).unwrap();

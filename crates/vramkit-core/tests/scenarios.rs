@@ -797,6 +797,25 @@ fn completed_events_free_their_blocks_highest_stream_first() {
 }
 
 #[test]
+fn a_stream_use_recorded_during_a_capture_is_not_waited_for_after_it() {
+    // torch 2.4 to 2.12: both frees wait for the capture to end; then only
+    // the use recorded before it gets an event.
+    let mut a = allocator_as("2.12", SimDevice::unlimited().with_event_mode(EventMode::Manual), "");
+    let before = a.malloc(1000, S0).unwrap();
+    let during = a.malloc(1000, S0).unwrap();
+    a.record_stream(before, POOL_STREAM_1).unwrap();
+    a.begin_allocate_to_pool((0, 1), StreamFilter::Stream(POOL_STREAM_2)).unwrap();
+    a.record_stream(during, POOL_STREAM_1).unwrap();
+    a.free(before).unwrap();
+    a.free(during).unwrap();
+    a.end_allocate_to_pool((0, 1)).unwrap();
+    a.malloc(1000, S0).unwrap();
+    assert_eq!(state(&a), lines("@0x0 small 2097152 stream 0: [1024 P | 1024 A(1000) | 2095104 I]"));
+    assert_eq!(a.stats().active.all.current, 2);
+    assert_eq!(a.device().pending_events(), 1);
+}
+
+#[test]
 fn from_torch_2_13_only_a_capturing_stream_holds_events_and_cache_back() {
     // An allocate-to-pool on a device that is not capturing a graph: 2.12
     // neither frees the block whose event completed nor empties the cache

@@ -42,10 +42,19 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    fn insert_events_deferred_until_no_capture(&mut self) {
+    /// The events of frees deferred past a capture, recorded only for the
+    /// streams used before it; a block left with none is free at once.
+    fn insert_events_deferred_until_no_capture(&mut self, context: &Option<Frames>) {
         if !self.capture_underway() && !self.deferred_frees.is_empty() {
             for id in std::mem::take(&mut self.deferred_frees) {
+                let b = &mut self.blocks[id];
+                let captured = std::mem::take(&mut b.capture_stream_uses);
+                b.stream_uses.retain(|s| !captured.contains(s));
                 self.insert_events(id);
+                let b = &self.blocks[id];
+                if b.event_count == 0 && !b.held {
+                    self.free_block(id, context);
+                }
             }
         }
     }
@@ -64,7 +73,7 @@ impl<D: Device> CachingAllocator<D> {
     /// FIFO order, stopping at each stream's first incomplete event; the
     /// streams in `cuda_events`' order.
     pub(crate) fn process_events_impl(&mut self, context: &Option<Frames>) {
-        self.insert_events_deferred_until_no_capture();
+        self.insert_events_deferred_until_no_capture(context);
         if self.cuda_events.is_empty() {
             return;
         }
@@ -86,7 +95,7 @@ impl<D: Device> CachingAllocator<D> {
     /// 5.3 step 2: wait for every pending event and free what they held.
     pub(crate) fn synchronize_and_free_events(&mut self, context: &Option<Frames>) {
         self.stats.account_sync_all_streams();
-        self.insert_events_deferred_until_no_capture();
+        self.insert_events_deferred_until_no_capture(context);
         let events = std::mem::take(&mut self.cuda_events);
         for (_, queue) in events.into_iter().rev() {
             for pending in queue {

@@ -271,10 +271,14 @@ impl<D: Device> CachingAllocator<D> {
     /// on `stream` so far has completed. Uses on the block's own stream are ignored.
     pub fn record_stream(&mut self, ptr: DeviceAddr, stream: StreamId) -> Result<(), Error> {
         let id = *self.allocated.get(&ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
+        let in_capture = self.capture_underway();
         let block = &mut self.blocks[id];
         if block.stream != stream {
             if let Err(at) = block.stream_uses.binary_search(&stream) {
                 block.stream_uses.insert(at, stream);
+            }
+            if in_capture && !block.capture_stream_uses.contains(&stream) {
+                block.capture_stream_uses.push(stream);
             }
         }
         self.validate();
