@@ -73,11 +73,22 @@ pub struct VramkitRun {
 
 /// Runs `program` on a `CachingAllocator<SimDevice>` set up as `setup`
 /// sets up PyTorch, with PyTorch's stream handles (`streams`, from the
-/// harness's run of the same program).
-pub fn run_on_vramkit(program: &Program, setup: &Setup, config: AllocatorConfig, streams: &[(u32, i64)]) -> VramkitRun {
+/// harness's run of the same program) and OOM messages in `release`'s
+/// wording. The device hands out addresses as the fake runtime does (first
+/// fit), since releases that break size ties by address place blocks by
+/// them. `record_stream` is passed on only where the harness's reaches
+/// PyTorch's allocator (`records_streams`).
+pub fn run_on_vramkit(
+    program: &Program,
+    setup: &Setup,
+    config: AllocatorConfig,
+    streams: &[(u32, i64)],
+    release: vramkit_core::PytorchRelease,
+    records_streams: bool,
+) -> VramkitRun {
     let capacity = setup.capacity.unwrap_or(80 << 30);
     let mode = if setup.manual_events { EventMode::Manual } else { EventMode::Immediate };
-    let mut alloc = CachingAllocator::new(SimDevice::new(capacity).with_event_mode(mode), config);
+    let mut alloc = CachingAllocator::new(SimDevice::new(capacity).with_first_fit().with_event_mode(mode), config);
     let stream = |i: u32| StreamId(if i == 0 { 0 } else { streams.iter().find(|s| s.0 == i).map_or(0, |s| s.1 as u64) });
     let mut live: HashMap<u64, DeviceAddr> = HashMap::new();
     let mut out = VramkitRun::default();
@@ -88,7 +99,7 @@ pub fn run_on_vramkit(program: &Program, setup: &Setup, config: AllocatorConfig,
                 Ok(p) => {
                     live.insert(*id, p);
                 }
-                Err(Error::OutOfMemory(oom)) => out.ooms.push((line, oom.pytorch_message())),
+                Err(Error::OutOfMemory(oom)) => out.ooms.push((line, oom.pytorch_message_as(release.message_style()))),
                 Err(e) => panic!("line {line} ({op}): vramkit failed: {e}"),
             },
             Op::Free { id } => {
@@ -96,7 +107,7 @@ pub fn run_on_vramkit(program: &Program, setup: &Setup, config: AllocatorConfig,
                     alloc.free(p).unwrap_or_else(|e| panic!("line {line} ({op}): {e}"));
                 }
             }
-            Op::RecordStream { id, stream: s } => {
+            Op::RecordStream { id, stream: s } if records_streams => {
                 if let Some(&p) = live.get(id) {
                     alloc.record_stream(p, stream(*s)).unwrap_or_else(|e| panic!("line {line} ({op}): {e}"));
                 }
@@ -116,7 +127,7 @@ pub fn run_on_vramkit(program: &Program, setup: &Setup, config: AllocatorConfig,
             Op::ReleasePool { pool } => alloc.release_pool((0, *pool)).unwrap_or_else(|e| panic!("line {line} ({op}): {e}")),
             Op::ResetPeakStats => alloc.reset_peak_stats(),
             Op::Stats => out.stats.push((line, alloc.memory_stats())),
-            Op::Snapshot(_) | Op::TimePairs { .. } => {}
+            Op::RecordStream { .. } | Op::Snapshot(_) | Op::TimePairs { .. } => {}
         }
     }
     out

@@ -5,6 +5,7 @@
 //! allocator, and checks vramkit against what PyTorch did. The long sweep:
 //! `VRAMKIT_PYTORCH_RELEASES=all VRAMKIT_SWEEP_SEEDS=100 cargo test --release -p vramkit-pytorch --test tests`.
 
+mod stats;
 mod support;
 mod verify;
 mod whatif;
