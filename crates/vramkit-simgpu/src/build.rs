@@ -27,12 +27,24 @@ pub const RUNTIME_ALIASES: &[&str] = &["libcuda.so.1", "libcuda.so", "libnvidia-
 pub(crate) fn build(cuda_major: u32, dir: &Path, headers: &Headers, cc: &str) -> Result<(), String> {
     let libraries = symbols::libraries(cuda_major)?;
     let stamp = format!("{:016x}", stamp(cuda_major, headers, cc));
-    if std::fs::read_to_string(dir.join("stamp")).is_ok_and(|s| s.trim() == stamp) {
+    if is_stamped(dir, &stamp) {
         return Ok(());
     }
+    make_in_place(dir, &stamp, |tmp| compile_into(tmp, cuda_major, &libraries, headers, cc))
+}
+
+/// Whether `dir` holds a stack made from the inputs `stamp` names.
+pub(crate) fn is_stamped(dir: &Path, stamp: &str) -> bool {
+    std::fs::read_to_string(dir.join("stamp")).is_ok_and(|s| s.trim() == stamp)
+}
+
+/// Makes `dir` by `fill`ing a temporary sibling, writing `stamp` there last
+/// and renaming it into place (an older `dir` moved aside first). Another
+/// process having put a stack there meanwhile counts as success.
+pub(crate) fn make_in_place(dir: &Path, stamp: &str, fill: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), String> {
     let tmp = sibling(dir, "tmp");
     let _ = std::fs::remove_dir_all(&tmp);
-    let result = compile_into(&tmp, cuda_major, &libraries, headers, cc).and_then(|()| write(&tmp.join("stamp"), &stamp));
+    let result = fill(&tmp).and_then(|()| write(&tmp.join("stamp"), stamp));
     if let Err(e) = result {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
@@ -183,11 +195,11 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
 }
 
 #[cfg(unix)]
-fn symlink(target: &str, link: &Path) -> Result<(), String> {
+pub(crate) fn symlink(target: &str, link: &Path) -> Result<(), String> {
     std::os::unix::fs::symlink(target, link).map_err(|e| format!("cannot link {} to {target}: {e}", link.display()))
 }
 
 #[cfg(not(unix))]
-fn symlink(target: &str, link: &Path) -> Result<(), String> {
+pub(crate) fn symlink(target: &str, link: &Path) -> Result<(), String> {
     Err(format!("cannot link {} to {target}: the simulated GPU is built for Linux only", link.display()))
 }

@@ -6,7 +6,8 @@
 //! (device properties, the stubs winning over installed NVIDIA libraries, a
 //! pluggable allocator that allocates through the driver API); `models`
 //! trains GPT-2-small-, ResNet- and diffusion-UNet-sized models one step;
-//! `faithful` reruns a program whose real-GPU recording we ship and compares
+//! `shipped` installs a stack shipped as a wheel holds it (plain files) and
+//! runs it; `faithful` reruns a program whose real-GPU recording we ship and compares
 //! allocation for allocation.
 //!
 //! Everything skips when the machine cannot build the stack or fetch a torch
@@ -17,5 +18,6 @@ mod faithful;
 mod libraries;
 mod models;
 mod runtime;
+mod shipped;
 mod support;
 mod torch;
