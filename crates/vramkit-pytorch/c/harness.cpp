@@ -310,8 +310,11 @@ int main() {
         in >> id >> s;
         auto it = live.find(id);
         if (it != live.end()) {
-          c10::DataPtr dp(it->second, c10::Device(c10::DeviceType::CUDA, 0));
+          // recordStream acts only on memory whose deleter is the
+          // allocator's own; the context is released, not freed, after.
+          c10::DataPtr dp(it->second, it->second, cca::get()->raw_deleter(), c10::Device(c10::DeviceType::CUDA, 0));
           cca::recordStream(dp, stream_of(s));
+          dp.release_context();
         }
       } else if (op == "c") {
         fakecuda_complete_events();

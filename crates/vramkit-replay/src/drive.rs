@@ -23,7 +23,7 @@
 //! settings (`verify`'s pass); the judgements are kept as a [`Reading`],
 //! which replays under other settings follow.
 
-use crate::pools::{route, PoolRouting};
+use crate::pools::{route, Overrides, PoolRouting};
 use crate::releases::{releases, replay_as_empty_cache, request_after, ReleaseRun};
 use crate::trace::DeviceTrace;
 use std::borrow::Cow;
@@ -67,6 +67,8 @@ pub struct Reading {
     /// Entry indices of `free_requested` entries, directly followed by their
     /// `free_completed`, whose block was held until a synchronisation.
     held_pairs: Vec<usize>,
+    /// Segments routed to private pools the snapshot does not name (see `pools`).
+    pools: Overrides,
 }
 
 impl Reading {
@@ -101,11 +103,23 @@ pub(crate) struct Driver<'a> {
 }
 
 impl<'a> Driver<'a> {
+    /// Routes these segments to pools the snapshot does not name (a judging
+    /// driver; see `pools`).
+    pub fn with_pool_overrides(mut self, pools: Overrides) -> Self {
+        self.reading.to_mut().pools = pools;
+        self
+    }
+
+    /// Where each allocation went (see `pools`).
+    pub fn routing(&self) -> &PoolRouting {
+        &self.routing
+    }
+
     /// Before the first entry: routes each allocation to its private pool
     /// (see `pools`), and the start state's pending blocks wait on events
     /// like every other hold.
     pub fn begin(&mut self, model: &mut CachingAllocator<SimDevice>, trace: &DeviceTrace, start: &[SegmentInfo]) {
-        self.routing = route(trace, start);
+        self.routing = route(trace, start, &self.reading.pools);
         for p in model.held_addresses() {
             let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
             self.next_hold += 1;
@@ -139,7 +153,7 @@ impl<'a> Driver<'a> {
                 by_sync[k] = true;
             }
         }
-        let reading = Cow::Owned(Reading { entries: events.len(), calls: Vec::new(), by_sync, held_pairs: Vec::new() });
+        let reading = Cow::Owned(Reading { entries: events.len(), calls: Vec::new(), by_sync, held_pairs: Vec::new(), pools: Overrides::new() });
         Driver {
             events,
             runs,

@@ -13,6 +13,12 @@
 //!
 //! A pool's segments are freed only once every user released it; a release
 //! that frees one says the pool had become freeable by then.
+//!
+//! Where the neighbours read wrong (a pool's first requests on a fresh
+//! stream look like the default pools'), a replay shows it: the model then
+//! serves a default request from such a segment where PyTorch did not.
+//! `verify` then routes that segment to a pool of its own ([`Overrides`])
+//! and replays again.
 
 use crate::trace::DeviceTrace;
 use std::collections::BTreeMap;
@@ -21,11 +27,17 @@ use vramkit_core::{SegmentInfo, TraceAction};
 
 const DEFAULT: MempoolId = (0, 0);
 
+/// Segments (by their index among the segments a trace shows) routed to a
+/// private pool the snapshot does not name, by replays that showed it.
+pub(crate) type Overrides = BTreeMap<usize, MempoolId>;
+
 /// Per trace entry: the private pool of an `alloc`, or of the segment a
 /// `segment_free` releases; `None` for the default pools and other entries.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct PoolRouting {
     pools: Vec<Option<MempoolId>>,
+    /// Every segment seen: (address, size, made at, freed at, pool known).
+    spans: Vec<(u64, u64, Option<usize>, Option<usize>, bool)>,
 }
 
 impl PoolRouting {
@@ -33,11 +45,29 @@ impl PoolRouting {
     pub fn pool(&self, i: usize) -> Option<MempoolId> {
         self.pools.get(i).copied().flatten()
     }
+
+    /// The segment whose pool the snapshot does not name that holds
+    /// `addr` at entry `i`, if any.
+    pub fn unnamed_segment_at(&self, i: usize, addr: u64) -> Option<usize> {
+        self.spans.iter().position(|&(a, size, made, freed, known)| {
+            !known && a <= addr && addr < a + size && made.is_none_or(|m| m <= i) && freed.is_none_or(|f| i < f)
+        })
+    }
+
+    /// A pool no snapshot names, for segment `k` made on `stream`: one per
+    /// stream, as a capture routes the requests of one stream.
+    pub fn unnamed_pool(stream: u64) -> MempoolId {
+        (u64::MAX, stream)
+    }
 }
 
 /// One segment's life in the window.
 struct Instance {
+    addr: u64,
     size: u64,
+    /// The entries that made and freed it, inside the window.
+    made: Option<usize>,
+    freed: Option<usize>,
     /// Its pool, when the state at an end of the window names it.
     pool: Option<MempoolId>,
     /// Entries that placed an allocation in it, or freed it.
@@ -46,29 +76,30 @@ struct Instance {
 
 /// Routes every entry of `trace`, whose window starts in `start` (the
 /// rebuilt start state's segments).
-pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo]) -> PoolRouting {
+pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Overrides) -> PoolRouting {
     let n = trace.events.len();
     let uses_pools = start.iter().chain(&trace.end_segments).any(|s| s.segment_pool_id != DEFAULT);
     if !uses_pools {
-        return PoolRouting { pools: vec![None; n] };
+        return PoolRouting { pools: vec![None; n], spans: Vec::new() };
     }
     // Live segments by address, and every segment seen.
     let mut live: BTreeMap<u64, usize> = BTreeMap::new();
     let mut instances: Vec<Instance> = Vec::new();
     for s in start {
         live.insert(s.address, instances.len());
-        instances.push(Instance { size: s.total_size, pool: Some(s.segment_pool_id), entries: Vec::new() });
+        instances.push(Instance { addr: s.address, size: s.total_size, made: None, freed: None, pool: Some(s.segment_pool_id), entries: Vec::new() });
     }
     let mut label: Vec<Option<usize>> = vec![None; n];
     for (i, e) in trace.events.iter().enumerate() {
         match e.action {
             TraceAction::SegmentAlloc => {
                 live.insert(e.addr, instances.len());
-                instances.push(Instance { size: e.size, pool: None, entries: Vec::new() });
+                instances.push(Instance { addr: e.addr, size: e.size, made: Some(i), freed: None, pool: None, entries: Vec::new() });
             }
             TraceAction::SegmentFree => {
                 if let Some(k) = live.remove(&e.addr) {
                     instances[k].entries.push(i);
+                    instances[k].freed = Some(i);
                     label[i] = Some(k);
                 }
             }
@@ -89,27 +120,33 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo]) -> PoolRouting {
             }
         }
     }
-    // Known pools first; then an unknown segment takes the pool its
-    // allocations' stream neighbours agree on.
-    let mut pools: Vec<Option<MempoolId>> = (0..n).map(|i| label[i].and_then(|k| instances[k].pool)).collect();
+    let spans = instances.iter().map(|s| (s.addr, s.size, s.made, s.freed, s.pool.is_some())).collect();
+    // Named pools first; then an unnamed segment takes the pool a replay
+    // showed it in, else the pool its allocations' stream neighbours in
+    // named segments agree on.
+    let named: Vec<Option<MempoolId>> = (0..n).map(|i| label[i].and_then(|k| instances[k].pool)).collect();
+    let mut pools = named.clone();
     let mut by_stream: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
     for (i, e) in trace.events.iter().enumerate() {
         if e.action == TraceAction::Alloc {
             by_stream.entry(e.stream).or_default().push(i);
         }
     }
-    for inst in instances.iter().filter(|inst| inst.pool.is_none()) {
+    for (k, inst) in instances.iter().enumerate().filter(|(_, inst)| inst.pool.is_none()) {
         let allocs: Vec<usize> = inst.entries.iter().copied().filter(|&i| trace.events[i].action == TraceAction::Alloc).collect();
-        let pool = allocs.iter().find_map(|&i| {
-            let on_stream = &by_stream[&trace.events[i].stream];
-            let at = on_stream.binary_search(&i).ok()?;
-            let before = on_stream[..at].iter().rev().find_map(|&j| pools[j]);
-            let after = on_stream[at + 1..].iter().find_map(|&j| pools[j]);
-            (before.is_some() && before == after).then_some(before).flatten()
-        });
+        let by_neighbours = || {
+            allocs.iter().find_map(|&i| {
+                let on_stream = &by_stream[&trace.events[i].stream];
+                let at = on_stream.binary_search(&i).ok()?;
+                let before = on_stream[..at].iter().rev().find_map(|&j| named[j]);
+                let after = on_stream[at + 1..].iter().find_map(|&j| named[j]);
+                (before.is_some() && before == after).then_some(before).flatten()
+            })
+        };
+        let pool = overrides.get(&k).copied().or_else(by_neighbours);
         for &i in &inst.entries {
             pools[i] = Some(pool.unwrap_or(DEFAULT));
         }
     }
-    PoolRouting { pools: pools.into_iter().map(|p| p.filter(|&p| p != DEFAULT)).collect() }
+    PoolRouting { pools: pools.into_iter().map(|p| p.filter(|&p| p != DEFAULT)).collect(), spans }
 }

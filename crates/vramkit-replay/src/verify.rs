@@ -7,6 +7,7 @@
 //! state (every block's address, size and state).
 
 use crate::drive::{Driver, Reading, Step};
+use crate::pools::Overrides;
 use crate::releases::classify_with_capacity;
 use crate::trace::DeviceTrace;
 use crate::window::{rebuild_start, StartState};
@@ -125,13 +126,45 @@ enum Compare {
     Placements,
 }
 
-/// The replay under the recorded settings: the verify report, and the reading it judged.
+/// Replays a trace with private pools again at most this many times, each
+/// time routing one more segment to a pool the snapshot does not name.
+const POOL_PASSES: usize = 32;
+
+/// The replay under the recorded settings: the verify report, and the
+/// reading it judged. Where the model served a request from a segment whose
+/// pool the snapshot does not name, and PyTorch did not, that segment was a
+/// private pool's (see `pools`): it is routed to one and the trace replayed
+/// again.
 fn recorded_pass(
     trace: &DeviceTrace,
     config: &AllocatorConfig,
     capacity_bytes: Option<u64>,
     compare: Compare,
 ) -> Result<(VerifyReport, Reading), ReplayError> {
+    let mut overrides = Overrides::new();
+    for _ in 0..POOL_PASSES {
+        let (report, reading, misplaced) = one_pass(trace, config, capacity_bytes, compare, &overrides)?;
+        match misplaced {
+            Some((segment, stream)) if !overrides.contains_key(&segment) => {
+                overrides.insert(segment, crate::pools::PoolRouting::unnamed_pool(stream));
+            }
+            _ => return Ok((report, reading)),
+        }
+    }
+    one_pass(trace, config, capacity_bytes, compare, &overrides).map(|(report, reading, _)| (report, reading))
+}
+
+/// One replay under the recorded settings, with `overrides`; also the
+/// segment whose pool the snapshot does not name that the model served the
+/// first misplaced request from, with that request's stream.
+#[allow(clippy::type_complexity)]
+fn one_pass(
+    trace: &DeviceTrace,
+    config: &AllocatorConfig,
+    capacity_bytes: Option<u64>,
+    compare: Compare,
+    overrides: &Overrides,
+) -> Result<(VerifyReport, Reading, Option<(usize, u64)>), ReplayError> {
     let start = rebuild_start(trace, config)?;
     let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
     let (runs, inferred) = classify_with_capacity(&trace.events, start_reserved, config, capacity_bytes);
@@ -150,9 +183,10 @@ fn recorded_pass(
     }
 
     let events = &trace.events;
-    let mut driver = Driver::new(events, runs);
+    let mut driver = Driver::new(events, runs).with_pool_overrides(overrides.clone());
     driver.begin(&mut model, trace, &start.segments);
     let mut first_divergence = None;
+    let mut misplaced = None;
     let (mut alloc_events, mut placed_same) = (0u64, 0u64);
     for (i, e) in events.iter().enumerate() {
         let step = driver.step(&mut model, i);
@@ -169,6 +203,9 @@ fn recorded_pass(
                 if p.0 == e.addr {
                     placed_same += 1;
                 } else {
+                    if first_divergence.is_none() {
+                        misplaced = driver.routing().unnamed_segment_at(i, p.0).map(|k| (k, e.stream));
+                    }
                     first_divergence.get_or_insert_with(|| diverged(format!("{p}")));
                 }
             }
@@ -230,7 +267,7 @@ fn recorded_pass(
         first_divergence,
         segment_divergence,
     };
-    Ok((report, reading))
+    Ok((report, reading, misplaced))
 }
 
 /// An allocator in the start state, on `device` holding the start segments.

@@ -414,6 +414,7 @@ impl SimDevice {
         }
         let addr = self.next_address;
         self.next_address = align_up(addr + size, self.granularity_bytes);
+        self.ceiling = self.ceiling.max(self.next_address);
         addr
     }
 
@@ -579,7 +580,12 @@ impl Device for SimDevice {
             // replay that has diverged can grow one over another's pages,
             // which a real device could not have done. Refused, not a panic.
             let end = addr.0.saturating_add(size_bytes);
-            let clash = self.reservations.values().flat_map(|r| r.mapped.range(..end).next_back()).find(|(&a, &l)| a + l > addr.0);
+            let clash = self
+                .reservations
+                .values()
+                .flat_map(|r| r.mapped.range(..end).next_back())
+                .chain(self.live.range(..end).next_back())
+                .find(|(&a, &l)| a + l > addr.0);
             if let Some((&a, &l)) = clash {
                 return Err(DeviceError::Other {
                     call: "cuMemMap",
