@@ -31,6 +31,9 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Write one self-contained HTML report: charts, segment map, sites, tune, doctor.
     Report(ReportArgs),
+    /// Run your PyTorch program on a simulated GPU: will it fit, at which batch size, with which setting.
+    #[command(after_long_help = crate::run::EXAMPLES)]
+    Run(crate::run::RunArgs),
 }
 
 /// Which PyTorch release's allocator rules to follow.

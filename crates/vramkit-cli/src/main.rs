@@ -8,6 +8,7 @@ mod input;
 mod progress;
 mod replay;
 mod report;
+mod run;
 mod summary;
 mod tune;
 mod verify;
@@ -28,6 +29,7 @@ fn main() -> ExitCode {
         cli::Command::Tune(a) => tune::run(a),
         cli::Command::Doctor(a) => doctor::run(a),
         cli::Command::Report(a) => report::run(a),
+        cli::Command::Run(a) => run::run(a),
     };
     match result {
         Ok(code) => code,
