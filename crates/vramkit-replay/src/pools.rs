@@ -36,8 +36,19 @@ pub(crate) type Overrides = BTreeMap<usize, MempoolId>;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct PoolRouting {
     pools: Vec<Option<MempoolId>>,
-    /// Every segment seen: (address, size, made at, freed at, pool known).
-    spans: Vec<(u64, u64, Option<usize>, Option<usize>, bool)>,
+    /// Every segment seen.
+    spans: Vec<Span>,
+}
+
+/// One segment's life: where it lies, the entries that made and freed it
+/// (inside the window), whether the snapshot names its pool.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Span {
+    addr: u64,
+    size: u64,
+    made: Option<usize>,
+    freed: Option<usize>,
+    named: bool,
 }
 
 impl PoolRouting {
@@ -49,8 +60,8 @@ impl PoolRouting {
     /// The segment whose pool the snapshot does not name that holds
     /// `addr` at entry `i`, if any.
     pub fn unnamed_segment_at(&self, i: usize, addr: u64) -> Option<usize> {
-        self.spans.iter().position(|&(a, size, made, freed, known)| {
-            !known && a <= addr && addr < a + size && made.is_none_or(|m| m <= i) && freed.is_none_or(|f| i < f)
+        self.spans.iter().position(|s| {
+            !s.named && s.addr <= addr && addr < s.addr + s.size && s.made.is_none_or(|m| m <= i) && s.freed.is_none_or(|f| i < f)
         })
     }
 
@@ -120,7 +131,10 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
             }
         }
     }
-    let spans = instances.iter().map(|s| (s.addr, s.size, s.made, s.freed, s.pool.is_some())).collect();
+    let spans = instances
+        .iter()
+        .map(|s| Span { addr: s.addr, size: s.size, made: s.made, freed: s.freed, named: s.pool.is_some() })
+        .collect();
     // Named pools first; then an unnamed segment takes the pool a replay
     // showed it in, else the pool its allocations' stream neighbours in
     // named segments agree on.
