@@ -167,9 +167,13 @@ impl SnapshotFile {
     /// only when the file has trace entries. `None` when the file records no
     /// `allocator_settings` (a release before 2.4, or a converted file).
     pub fn release_range(&self) -> Option<ReleaseRange> {
+        self.release_range_given(self.snapshot.device_traces.iter().any(|t| !t.is_empty()))
+    }
+
+    /// [`release_range`](Self::release_range), told whether the file has trace entries.
+    pub(crate) fn release_range_given(&self, has_entries: bool) -> Option<ReleaseRange> {
         let settings = self.allocator_settings.as_ref()?;
         let keys = self.keys.as_ref();
-        let has_entries = self.snapshot.device_traces.iter().any(|t| !t.is_empty());
         let entry_has = |k: &str| keys.is_some_and(|keys| keys.entry.contains(k));
         let setting_has = |k: &str| settings.other.iter().any(|(key, _)| key == k);
         // (what, introduced in, present, its absence tells)
@@ -202,7 +206,12 @@ impl SnapshotFile {
     /// from ([`release_range`](Self::release_range)), else vramkit's
     /// defaults; PyTorch's default settings when the file records none.
     pub fn recorded_config(&self, release: Option<PytorchRelease>) -> AllocatorConfig {
-        let compat = release.or_else(|| self.release_range().map(|r| r.newest)).map(|r| r.compat()).unwrap_or_default();
+        self.recorded_config_given(release, self.release_range())
+    }
+
+    /// [`recorded_config`](Self::recorded_config), given the file's release range.
+    pub(crate) fn recorded_config_given(&self, release: Option<PytorchRelease>, range: Option<ReleaseRange>) -> AllocatorConfig {
+        let compat = release.or_else(|| range.map(|r| r.newest)).map(|r| r.compat()).unwrap_or_default();
         match &self.allocator_settings {
             Some(settings) => settings.to_config_with(compat),
             None => AllocatorConfig { compat, ..AllocatorConfig::default() },

@@ -34,6 +34,7 @@
 
 mod decode;
 mod encode;
+mod entries;
 mod error;
 mod file;
 mod json;
@@ -42,16 +43,19 @@ pub mod pickle;
 mod read;
 pub mod rmm;
 mod settings;
+mod trace_file;
 mod tree;
 mod words;
 mod write;
 
 pub use encode::to_value;
+pub use entries::{Entries, Entry, Iter as EntriesIter};
 pub use error::TraceError;
 pub use file::{KeySets, ReleaseRange, SkippedEntry, SnapshotFile, SnapshotFormat};
 pub use json::write_value as write_json_value;
 pub use legacy::{HistoryEntry, LegacyHistory};
 pub use pickle::value::Value;
-pub use read::{read_snapshot, read_snapshot_bytes, sniff, Encoding};
+pub use read::{read_snapshot, read_snapshot_bytes, read_trace_file, read_trace_file_bytes, sniff, Encoding};
 pub use settings::AllocatorSettings;
+pub use trace_file::TraceFile;
 pub use write::{write_json, write_pickle, write_pickle_protocol};

@@ -3,6 +3,7 @@
 use crate::decode;
 use crate::error::TraceError;
 use crate::file::SnapshotFile;
+use crate::trace_file::TraceFile;
 use crate::json;
 use crate::pickle;
 use std::path::Path;
@@ -31,13 +32,23 @@ pub fn sniff(bytes: &[u8]) -> Option<Encoding> {
 
 /// Reads a snapshot file (pickle of any protocol 2-5, or JSON).
 pub fn read_snapshot(path: impl AsRef<Path>) -> Result<SnapshotFile, TraceError> {
-    let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|source| TraceError::Io { path: path.to_path_buf(), source })?;
-    read_snapshot_bytes(&bytes).map_err(|e| e.with_path(path))
+    read_trace_file(path).map(TraceFile::into_snapshot_file)
 }
 
 /// Reads a snapshot from bytes (pickle or JSON, sniffed).
 pub fn read_snapshot_bytes(bytes: &[u8]) -> Result<SnapshotFile, TraceError> {
+    read_trace_file_bytes(bytes).map(TraceFile::into_snapshot_file)
+}
+
+/// Reads a snapshot file with its traces by column, for analysis.
+pub fn read_trace_file(path: impl AsRef<Path>) -> Result<TraceFile, TraceError> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|source| TraceError::Io { path: path.to_path_buf(), source })?;
+    read_trace_file_bytes(&bytes).map_err(|e| e.with_path(path))
+}
+
+/// Reads a snapshot from bytes (pickle or JSON, sniffed), its traces by column.
+pub fn read_trace_file_bytes(bytes: &[u8]) -> Result<TraceFile, TraceError> {
     match sniff(bytes) {
         Some(Encoding::Pickle) => {
             let parsed = pickle::read::parse(bytes)?;

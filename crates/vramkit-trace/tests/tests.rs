@@ -1,6 +1,7 @@
 //! Integration tests of vramkit-trace (one binary; one module per topic).
 
 mod common;
+mod entries;
 mod expected;
 mod integers;
 mod json;

@@ -1,6 +1,7 @@
 //! Reading: from a parsed document ([`Tree`]) to a [`SnapshotFile`].
 //!
-//! One pass over the document, no recursion beyond the fixed schema depth.
+//! One pass over the document, no recursion beyond the fixed schema depth;
+//! device traces go into columns ([`Entries`](crate::Entries)).
 //! One file per part of the schema, each an `impl` block of [`Reader`]
 //! (`reader.rs`: typed access and the per-file caches): `top.rs` the root
 //! and the key sets, `segment.rs` segments and blocks, `trace.rs` device
@@ -22,13 +23,13 @@ mod top;
 mod trace;
 
 use crate::error::TraceError;
-use crate::file::SnapshotFile;
+use crate::trace_file::TraceFile;
 use crate::tree::{Item, Tree};
 use reader::Reader;
 use schema_err::SchemaErr;
 
 /// Decodes a whole document. `protocol` is recorded as found.
-pub(crate) fn decode(tree: &Tree, root: Item, protocol: Option<u8>) -> Result<SnapshotFile, TraceError> {
+pub(crate) fn decode(tree: &Tree, root: Item, protocol: Option<u8>) -> Result<TraceFile, TraceError> {
     let mut reader = Reader::new(tree);
     let file = reader.file(root, protocol).map_err(SchemaErr::into_trace_error)?;
     Ok(file)

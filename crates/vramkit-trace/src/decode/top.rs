@@ -6,6 +6,7 @@ use super::schema_err::{AtKey, SchemaErr};
 use super::segment::{BLOCK_KEYS, SEGMENT_KEYS};
 use super::trace::ENTRY_KEYS;
 use crate::file::{KeySets, SnapshotFile, SnapshotFormat};
+use crate::trace_file::TraceFile;
 use crate::legacy::LegacyHistory;
 use crate::tree::Item;
 use crate::words::Word;
@@ -16,7 +17,7 @@ use vramkit_core::snapshot::Snapshot;
 const TOP_KEYS: [&str; 4] = ["segments", "device_traces", "allocator_settings", "external_annotations"];
 
 impl Reader<'_> {
-    pub(super) fn file(&mut self, root: Item, protocol: Option<u8>) -> Result<SnapshotFile, SchemaErr> {
+    pub(super) fn file(&mut self, root: Item, protocol: Option<u8>) -> Result<TraceFile, SchemaErr> {
         let mut file = SnapshotFile {
             snapshot: Snapshot::default(),
             allocator_settings: None,
@@ -29,6 +30,7 @@ impl Reader<'_> {
             keys: None,
         };
         let mut history = Vec::new();
+        let mut device_traces = Vec::new();
         if self.tree.as_seq(root).is_some() {
             file.format = SnapshotFormat::SegmentList;
             file.snapshot.segments = self.segments(root, &mut history)?;
@@ -45,7 +47,7 @@ impl Reader<'_> {
                     }
                     Word::DeviceTraces => {
                         self.top.mask |= 1 << 1;
-                        file.snapshot.device_traces = self.device_traces(v, &mut file.skipped_entries).at(key)?;
+                        device_traces = self.device_traces(v, &mut file.skipped_entries).at(key)?;
                     }
                     Word::AllocatorSettings => {
                         self.top.mask |= 1 << 2;
@@ -85,6 +87,6 @@ impl Reader<'_> {
             entry: std::mem::take(&mut self.entry).into_set(&ENTRY_KEYS),
         };
         file.keys = Some(keys);
-        Ok(file)
+        Ok(TraceFile::new(file, device_traces))
     }
 }

@@ -1,12 +1,14 @@
-//! Device traces: one list of entries per device. An entry whose action
-//! vramkit does not model is kept as it was ([`SkippedEntry`]).
+//! Device traces: one list of entries per device, into columns
+//! ([`Entries`]). An entry whose action vramkit does not model is kept as
+//! it was ([`SkippedEntry`]).
 
 use super::reader::Reader;
 use super::schema_err::{AtKey, SchemaErr};
+use crate::entries::{Entries, EntriesBuilder, Entry};
 use crate::file::SkippedEntry;
 use crate::tree::Item;
 use crate::words::Word;
-use vramkit_core::snapshot::{TraceAction, TraceEntry};
+use vramkit_core::snapshot::TraceAction;
 
 /// The keys of a trace entry dict this crate knows; a key's bit in the
 /// entry level's [`Seen`](super::reader::Seen) mask is its index here.
@@ -18,34 +20,35 @@ impl Reader<'_> {
         &mut self,
         item: Item,
         skipped: &mut Vec<SkippedEntry>,
-    ) -> Result<Vec<Vec<TraceEntry>>, SchemaErr> {
+    ) -> Result<Vec<Entries>, SchemaErr> {
         let devices = self.seq(item)?;
         let mut out = Vec::with_capacity(devices.len());
         for (device, &trace) in devices.iter().enumerate() {
             let entries = self.seq(trace).at_index(device)?;
-            let mut decoded = Vec::with_capacity(entries.len());
+            let mut decoded = EntriesBuilder::default();
             for (index, &entry) in entries.iter().enumerate() {
-                match self.entry(entry).at_index(index).at_index(device)? {
-                    Some(entry) => decoded.push(entry),
-                    None => {
-                        let entry = self.value(entry).at_index(index).at_index(device)?;
-                        skipped.push(SkippedEntry { device, index, entry });
-                    }
+                if !self.entry(entry, &mut decoded).at_index(index).at_index(device)? {
+                    let entry = self.value(entry).at_index(index).at_index(device)?;
+                    skipped.push(SkippedEntry { device, index, entry });
                 }
             }
-            out.push(decoded);
+            out.push(decoded.finish());
         }
         Ok(out)
     }
 
-    /// One trace entry; `None` for an action vramkit does not model.
-    fn entry(&mut self, item: Item) -> Result<Option<TraceEntry>, SchemaErr> {
+    /// One trace entry, appended to `out`; false for an action vramkit does
+    /// not model (nothing appended).
+    fn entry(&mut self, item: Item, out: &mut EntriesBuilder) -> Result<bool, SchemaErr> {
         let mut action = None;
         let mut addr = None;
         let mut device_free = None;
         let mut size = None;
         let mut stream = None;
-        let mut entry = TraceEntry::new(TraceAction::Alloc, 0, 0, 0);
+        let mut time_us = None;
+        let mut frames = None;
+        let mut compile_context = None;
+        let mut user_metadata = None;
         let mut seen = 0u32;
         for &(k, v) in self.dict(item)? {
             let word = self.word(k)?;
@@ -73,19 +76,19 @@ impl Reader<'_> {
                 }
                 Word::TimeUs => {
                     seen |= 1 << 5;
-                    entry.time_us = Some(self.bits64(v).at(key)?);
+                    time_us = Some(self.bits64(v).at(key)?);
                 }
                 Word::CompileContext => {
                     seen |= 1 << 6;
-                    entry.compile_context = Some(self.str(v).at(key)?.to_owned());
+                    compile_context = Some(self.str(v).at(key)?);
                 }
                 Word::UserMetadata => {
                     seen |= 1 << 7;
-                    entry.user_metadata = Some(self.str(v).at(key)?.to_owned());
+                    user_metadata = Some(self.str(v).at(key)?);
                 }
                 Word::Frames => {
                     seen |= 1 << 8;
-                    entry.frames = Some(self.frames(v).at(key)?);
+                    frames = Some(self.frames(v).at(key)?);
                 }
                 _ => {
                     let key = self.key_name(k)?;
@@ -94,7 +97,7 @@ impl Reader<'_> {
             }
         }
         let action = action.ok_or_else(|| SchemaErr::missing("action"))?;
-        entry.action = match action {
+        let kind = match action {
             Word::Alloc => TraceAction::Alloc,
             Word::FreeRequested => TraceAction::FreeRequested,
             Word::FreeCompleted => TraceAction::FreeCompleted,
@@ -105,11 +108,10 @@ impl Reader<'_> {
             Word::Snapshot => TraceAction::Snapshot,
             Word::Oom => TraceAction::Oom,
             Word::UserDefined => TraceAction::UserDefined,
-            _ => return Ok(None),
+            _ => return Ok(false),
         };
         self.entry.mask |= seen;
         // `oom` records the device's free bytes instead of an address.
-        let kind = entry.action;
         let (addr_key, addr) = if kind == TraceAction::Oom { ("device_free", device_free) } else { ("addr", addr) };
         let number = |value: Option<Item>, key: &str, read: fn(&Self, Item) -> Result<u64, SchemaErr>| {
             match value {
@@ -119,9 +121,18 @@ impl Reader<'_> {
                 None => Err(SchemaErr::missing(key)),
             }
         };
-        entry.addr = number(addr, addr_key, Self::u64)?;
-        entry.size = number(size, "size", Self::u64)?;
-        entry.stream = number(stream, "stream", Self::bits64)?;
-        Ok(Some(entry))
+        let entry = Entry {
+            action: kind,
+            addr: number(addr, addr_key, Self::u64)?,
+            size: number(size, "size", Self::u64)?,
+            stream: number(stream, "stream", Self::bits64)?,
+        };
+        let ids = [
+            frames.map_or(0, |f| out.stack_id(&f)),
+            compile_context.map_or(0, |s| out.string_id(s)),
+            user_metadata.map_or(0, |s| out.string_id(s)),
+        ];
+        out.push(entry, time_us, ids);
+        Ok(true)
     }
 }

@@ -1,0 +1,353 @@
+//! [`Entries`]: one device's trace entries, stored by column.
+//!
+//! A trace holds millions of entries, and every analysis walks them in
+//! order reading the same four fields (action, address, size, stream);
+//! stacks, times and compile contexts are read for a few of them. So each
+//! field is a column of its own, an optional field's column is empty when
+//! no entry has it, and stacks and strings are held once each, in tables the
+//! entries index (stacks repeat: one per allocation site). An entry costs
+//! 25 bytes, plus 8 for a recorded time and 4 for each of stack, compile
+//! context and user metadata where recorded; a [`TraceEntry`] takes 120.
+
+use std::collections::HashMap;
+use vramkit_core::snapshot::{Frame, Frames, TraceAction, TraceEntry};
+
+/// The four fields every entry has, by value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Entry {
+    /// What happened.
+    pub action: TraceAction,
+    /// Address; for `oom`, the device's free bytes (PyTorch's `device_free`).
+    pub addr: u64,
+    /// Bytes (see [`TraceAction`] for which size each action records).
+    pub size: u64,
+    /// Stream handle.
+    pub stream: u64,
+}
+
+/// One device's trace entries, oldest first, by column.
+#[derive(Clone, Debug, Default)]
+pub struct Entries {
+    actions: Vec<TraceAction>,
+    addrs: Vec<u64>,
+    sizes: Vec<u64>,
+    streams: Vec<u64>,
+    /// `time_us` per entry; empty when no entry records one.
+    times: Vec<u64>,
+    /// Entries that record no `time_us` although others do, ascending
+    /// (their slot in `times` holds 0). Empty when `times` is.
+    untimed: Vec<u32>,
+    /// Per entry, 1 + the index of its stack in `stacks`, or 0 for none;
+    /// empty when no entry has a stack.
+    frames: Vec<u32>,
+    /// Per entry, 1 + the index of its `compile_context` in `strings`, or 0;
+    /// empty when no entry has one.
+    compile_contexts: Vec<u32>,
+    /// Per entry, 1 + the index of its `user_metadata` in `strings`, or 0;
+    /// empty when no entry has one.
+    user_metadata: Vec<u32>,
+    /// Every distinct stack the entries have, each once.
+    stacks: Vec<Frames>,
+    /// Every distinct string of `compile_context` and `user_metadata`.
+    strings: Vec<Box<str>>,
+}
+
+/// Whether two stacks are one: the same `Arc`, or equal frames.
+fn same_stack(a: &[Frame], b: &[Frame]) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
+
+impl Entries {
+    /// No entries.
+    pub fn new() -> Entries {
+        Entries::default()
+    }
+
+    /// How many entries.
+    pub fn len(&self) -> usize {
+        self.actions.len()
+    }
+
+    /// No entries at all.
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+
+    /// Entry `i`'s four fields. Panics if `i` is out of range.
+    #[inline]
+    pub fn get(&self, i: usize) -> Entry {
+        Entry { action: self.actions[i], addr: self.addrs[i], size: self.sizes[i], stream: self.streams[i] }
+    }
+
+    /// Every entry's four fields, oldest first.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter { entries: self, front: 0, back: self.len() }
+    }
+
+    /// The actions column.
+    pub fn actions(&self) -> &[TraceAction] {
+        &self.actions
+    }
+
+    /// The addresses column (`device_free` for `oom` entries).
+    pub fn addrs(&self) -> &[u64] {
+        &self.addrs
+    }
+
+    /// The sizes column.
+    pub fn sizes(&self) -> &[u64] {
+        &self.sizes
+    }
+
+    /// The streams column.
+    pub fn streams(&self) -> &[u64] {
+        &self.streams
+    }
+
+    /// Entry `i`'s `time_us`, where recorded.
+    pub fn time_us(&self, i: usize) -> Option<u64> {
+        let t = *self.times.get(i)?;
+        (self.untimed.is_empty() || self.untimed.binary_search(&(i as u32)).is_err()).then_some(t)
+    }
+
+    /// Entry `i`'s stack, where recorded.
+    pub fn frames(&self, i: usize) -> Option<&Frames> {
+        let k = *self.frames.get(i)?;
+        self.stacks.get((k as usize).checked_sub(1)?)
+    }
+
+    /// Entry `i`'s `compile_context`, where recorded.
+    pub fn compile_context(&self, i: usize) -> Option<&str> {
+        self.string(&self.compile_contexts, i)
+    }
+
+    /// Entry `i`'s `user_metadata`, where recorded.
+    pub fn user_metadata(&self, i: usize) -> Option<&str> {
+        self.string(&self.user_metadata, i)
+    }
+
+    fn string(&self, column: &[u32], i: usize) -> Option<&str> {
+        let k = *column.get(i)?;
+        self.strings.get((k as usize).checked_sub(1)?).map(|s| &**s)
+    }
+
+    /// The distinct stacks the entries have (each once).
+    pub fn stacks(&self) -> &[Frames] {
+        &self.stacks
+    }
+
+    /// Entry `i` as the core model holds it.
+    pub fn trace_entry(&self, i: usize) -> TraceEntry {
+        let e = self.get(i);
+        TraceEntry {
+            action: e.action,
+            addr: e.addr,
+            size: e.size,
+            stream: e.stream,
+            time_us: self.time_us(i),
+            frames: self.frames(i).cloned(),
+            compile_context: self.compile_context(i).map(str::to_owned),
+            user_metadata: self.user_metadata(i).map(str::to_owned),
+        }
+    }
+
+    /// Every entry as the core model holds it; entries that shared a stack still do.
+    pub fn to_trace_entries(&self) -> Vec<TraceEntry> {
+        (0..self.len()).map(|i| self.trace_entry(i)).collect()
+    }
+
+    /// Bytes the columns and tables take (stacks counted once each).
+    pub fn heap_bytes(&self) -> usize {
+        let frames: usize = self.stacks.iter().map(|s| s.iter().map(|f| 48 + f.filename.len() + f.name.len()).sum::<usize>()).sum();
+        self.actions.capacity()
+            + 8 * (self.addrs.capacity() + self.sizes.capacity() + self.streams.capacity() + self.times.capacity())
+            + 4 * (self.untimed.capacity() + self.frames.capacity() + self.compile_contexts.capacity() + self.user_metadata.capacity())
+            + frames
+            + self.strings.iter().map(|s| s.len() + 16).sum::<usize>()
+    }
+}
+
+impl PartialEq for Entries {
+    /// Equal entries, whatever order the tables hold stacks and strings in.
+    fn eq(&self, other: &Entries) -> bool {
+        let same_frames = |i: usize| match (self.frames(i), other.frames(i)) {
+            (Some(a), Some(b)) => same_stack(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        self.actions == other.actions
+            && self.addrs == other.addrs
+            && self.sizes == other.sizes
+            && self.streams == other.streams
+            && (0..self.len()).all(|i| {
+                self.time_us(i) == other.time_us(i)
+                    && same_frames(i)
+                    && self.compile_context(i) == other.compile_context(i)
+                    && self.user_metadata(i) == other.user_metadata(i)
+            })
+    }
+}
+
+/// The entries of an [`Entries`], by value ([`Entries::iter`]).
+#[derive(Clone, Debug)]
+pub struct Iter<'a> {
+    entries: &'a Entries,
+    /// The next entry from the front; `back` is one past the next from the back.
+    front: usize,
+    back: usize,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Entry;
+
+    #[inline]
+    fn next(&mut self) -> Option<Entry> {
+        (self.front < self.back).then(|| {
+            self.front += 1;
+            self.entries.get(self.front - 1)
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.back - self.front, Some(self.back - self.front))
+    }
+}
+
+impl DoubleEndedIterator for Iter<'_> {
+    #[inline]
+    fn next_back(&mut self) -> Option<Entry> {
+        (self.front < self.back).then(|| {
+            self.back -= 1;
+            self.entries.get(self.back)
+        })
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+impl<'a> IntoIterator for &'a Entries {
+    type Item = Entry;
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+impl FromIterator<TraceEntry> for Entries {
+    fn from_iter<I: IntoIterator<Item = TraceEntry>>(entries: I) -> Entries {
+        let mut builder = EntriesBuilder::default();
+        for e in entries {
+            builder.push_entry(&e);
+        }
+        builder.finish()
+    }
+}
+
+impl From<&[TraceEntry]> for Entries {
+    fn from(entries: &[TraceEntry]) -> Entries {
+        let mut builder = EntriesBuilder::default();
+        for e in entries {
+            builder.push_entry(e);
+        }
+        builder.finish()
+    }
+}
+
+/// Fills [`Entries`] one entry at a time, holding each stack and string once.
+#[derive(Debug, Default)]
+pub(crate) struct EntriesBuilder {
+    entries: Entries,
+    /// Stacks by the address of their frames (one `Arc` is one stack).
+    stack_ids: HashMap<*const Frame, u32>,
+    string_ids: HashMap<Box<str>, u32>,
+}
+
+impl EntriesBuilder {
+    /// The id of `stack` in the table (1-based), adding it the first time.
+    pub(crate) fn stack_id(&mut self, stack: &Frames) -> u32 {
+        let table = &mut self.entries.stacks;
+        *self.stack_ids.entry(stack.as_ptr()).or_insert_with(|| {
+            table.push(stack.clone());
+            table.len() as u32
+        })
+    }
+
+    /// The id of `text` in the string table (1-based), adding it the first time.
+    pub(crate) fn string_id(&mut self, text: &str) -> u32 {
+        if let Some(&id) = self.string_ids.get(text) {
+            return id;
+        }
+        self.entries.strings.push(text.into());
+        let id = self.entries.strings.len() as u32;
+        self.string_ids.insert(text.into(), id);
+        id
+    }
+
+    /// Appends one entry; `ids` are its stack, compile context and user
+    /// metadata as ids of this builder's tables (0: not recorded).
+    pub(crate) fn push(&mut self, e: Entry, time_us: Option<u64>, ids: [u32; 3]) {
+        self.entries.push_raw(e, time_us, ids);
+    }
+
+    /// Appends a core model entry.
+    pub(crate) fn push_entry(&mut self, e: &TraceEntry) {
+        let ids = [
+            e.frames.as_ref().map_or(0, |f| self.stack_id(f)),
+            e.compile_context.as_deref().map_or(0, |s| self.string_id(s)),
+            e.user_metadata.as_deref().map_or(0, |s| self.string_id(s)),
+        ];
+        self.push(Entry { action: e.action, addr: e.addr, size: e.size, stream: e.stream }, e.time_us, ids);
+    }
+
+    pub(crate) fn finish(self) -> Entries {
+        self.entries
+    }
+}
+
+/// Sets entry `i`'s time (entries `0..i` are in `times` already, or it is
+/// empty while none of them has a time).
+fn push_time(times: &mut Vec<u64>, untimed: &mut Vec<u32>, i: usize, t: Option<u64>) {
+    match t {
+        Some(t) => {
+            if times.len() < i {
+                untimed.extend(times.len() as u32..i as u32);
+                times.resize(i, 0);
+            }
+            times.push(t);
+        }
+        None if !times.is_empty() => {
+            untimed.push(i as u32);
+            times.push(0);
+        }
+        None => {}
+    }
+}
+
+/// Sets entry `i`'s id in an optional column (0: none; the column stays
+/// empty until some entry has one).
+fn push_id(column: &mut Vec<u32>, i: usize, id: u32) {
+    if id != 0 && column.len() < i {
+        column.resize(i, 0);
+    }
+    if id != 0 || !column.is_empty() {
+        column.push(id);
+    }
+}
+
+impl Entries {
+    /// Appends one entry whose optional fields are `time_us` and the three
+    /// `ids` (stack, compile context, user metadata; 0: not recorded), which
+    /// refer to this value's tables, or, while the pickle reader fills the
+    /// columns, to its own nodes until the decoder resolves them.
+    pub(crate) fn push_raw(&mut self, e: Entry, time_us: Option<u64>, ids: [u32; 3]) {
+        let i = self.actions.len();
+        self.actions.push(e.action);
+        self.addrs.push(e.addr);
+        self.sizes.push(e.size);
+        self.streams.push(e.stream);
+        push_time(&mut self.times, &mut self.untimed, i, time_us);
+        push_id(&mut self.frames, i, ids[0]);
+        push_id(&mut self.compile_contexts, i, ids[1]);
+        push_id(&mut self.user_metadata, i, ids[2]);
+    }
+}
