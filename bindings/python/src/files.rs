@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use vramkit_core::{AllocatorConfig, ConfigError, Snapshot};
-use vramkit_replay::{model_replay, oracle_replay, verify, DeviceTrace, ModelOptions, ReplayError};
+use vramkit_replay::{model_replay, oracle_replay, verify, DeviceTrace, ModelOptions, PreparedTrace, ReplayError};
 
 /// Timeline points a replay keeps per device (downsampled, peaks kept).
 const TIMELINE_POINTS: usize = 1000;
@@ -138,8 +138,11 @@ pub(crate) fn replay_json(path: PathBuf, conf: Option<&str>, capacity_bytes: Opt
 /// What `tune_and_diagnose` found: the tune report (when some device has
 /// allocation events), the capacity each tuned device was judged at, and
 /// one diagnosis per device.
-struct Findings {
-    traces: Vec<DeviceTrace>,
+struct Findings<'t> {
+    traces: &'t [DeviceTrace],
+    /// Per trace: prepared (once, for the tune, the diagnosis and a report)
+    /// when it has allocation events.
+    prepared: Vec<Option<PreparedTrace<'t>>>,
     tune: Option<vramkit_replay::TuneReport>,
     /// Per trace: the capacity it was tuned for (`None` for unlimited or
     /// for a device without events).
@@ -147,7 +150,7 @@ struct Findings {
     diagnoses: Vec<vramkit_replay::doctor::Diagnosis>,
 }
 
-impl Findings {
+impl Findings<'_> {
     /// The tune result of trace `index`, if it was tuned.
     fn tune_result(&self, index: usize) -> Option<&vramkit_replay::TuneResult> {
         let tuned_before = self.traces[..index].iter().filter(|t| t.has_allocations()).count();
@@ -167,37 +170,45 @@ impl Findings {
     }
 }
 
-/// Tunes every device of `file` that has allocation events; the
-/// diagnosis of every device. Shared by `tune`, `doctor` and `report`.
-fn tune_and_diagnose(file: &SnapshotFile, capacity_bytes: Option<u64>) -> Result<Findings, FileError> {
-    let traces = DeviceTrace::split(&file.snapshot);
-    let mut inputs = Vec::new();
+/// Tunes every device of `file` (split into `traces`) that has allocation
+/// events; the diagnosis of every device. Shared by `tune`, `doctor` and `report`.
+fn tune_and_diagnose<'t>(file: &SnapshotFile, traces: &'t [DeviceTrace], capacity_bytes: Option<u64>) -> Result<Findings<'t>, FileError> {
+    let mut prepared = Vec::new();
     let mut capacities = Vec::new();
-    for t in &traces {
+    for t in traces {
         if !t.has_allocations() {
             capacities.push(None);
+            prepared.push(None);
             continue;
         }
-        let capacity = match capacity_bytes {
-            Some(c) => Some(c),
-            None => vramkit_replay::inferred_capacity(t, &file.recorded).map_err(|error| FileError::Replay { device: t.device, error })?,
-        };
-        capacities.push(capacity);
-        inputs.push(vramkit_replay::TuneInput { label: format!("device {}", t.device), trace: t, recorded: file.recorded.clone(), capacity_bytes: capacity });
+        let p = PreparedTrace::new(t, file.recorded.clone(), None).map_err(|error| FileError::Replay { device: t.device, error })?;
+        capacities.push(capacity_bytes.or(p.inferred_capacity()));
+        prepared.push(Some(p));
     }
+    let inputs: Vec<_> = prepared
+        .iter()
+        .zip(&capacities)
+        .filter_map(|(p, &capacity_bytes)| {
+            p.as_ref().map(|p| vramkit_replay::TuneInput { label: format!("device {}", p.trace().device), prepared: p, capacity_bytes })
+        })
+        .collect();
     let tune = if inputs.is_empty() {
         None
     } else {
         Some(
             vramkit_replay::tune(&inputs, &vramkit_replay::TuneOptions::default(), &|| {})
-                .map_err(|error| FileError::Replay { device: inputs[0].trace.device, error })?,
+                .map_err(|error| FileError::Replay { device: inputs[0].prepared.trace().device, error })?,
         )
     };
     drop(inputs);
-    let mut findings = Findings { traces, tune, capacities, diagnoses: Vec::new() };
-    for (i, t) in findings.traces.iter().enumerate() {
-        let d = vramkit_replay::doctor::diagnose(t, &file.recorded, findings.tune_result(i)).map_err(|error| FileError::Replay { device: t.device, error })?;
-        findings.diagnoses.push(d);
+    let mut findings = Findings { traces, prepared, tune, capacities, diagnoses: Vec::new() };
+    for (i, t) in traces.iter().enumerate() {
+        let tuned = findings.tune_result(i);
+        let d = match &findings.prepared[i] {
+            Some(p) => vramkit_replay::doctor::diagnose(p, tuned),
+            None => vramkit_replay::doctor::diagnose_trace(t, &file.recorded, tuned),
+        };
+        findings.diagnoses.push(d.map_err(|error| FileError::Replay { device: t.device, error })?);
     }
     Ok(findings)
 }
@@ -207,7 +218,8 @@ fn tune_and_diagnose(file: &SnapshotFile, capacity_bytes: Option<u64>) -> Result
 #[pyo3(signature = (path, capacity_bytes=None))]
 pub(crate) fn tune_json(path: PathBuf, capacity_bytes: Option<u64>) -> PyResult<String> {
     let file = read_snapshot(&path)?;
-    let findings = tune_and_diagnose(&file, capacity_bytes)?;
+    let traces = DeviceTrace::split(&file.snapshot);
+    let findings = tune_and_diagnose(&file, &traces, capacity_bytes)?;
     let report = findings.tune.ok_or_else(|| {
         FileError::Read(format!("{}: the snapshot has no allocation events to tune (record it with _record_memory_history)", path.display()))
     })?;
@@ -218,7 +230,8 @@ pub(crate) fn tune_json(path: PathBuf, capacity_bytes: Option<u64>) -> PyResult<
 #[pyfunction]
 pub(crate) fn doctor_json(path: PathBuf) -> PyResult<String> {
     let file = read_snapshot(&path)?;
-    let findings = tune_and_diagnose(&file, None)?;
+    let traces = DeviceTrace::split(&file.snapshot);
+    let findings = tune_and_diagnose(&file, &traces, None)?;
     Ok(json!({ "devices": findings.diagnoses_json() }).to_string())
 }
 
@@ -229,7 +242,8 @@ pub(crate) fn doctor_json(path: PathBuf) -> PyResult<String> {
 #[pyo3(signature = (path, output, capacity_bytes=None, device=None))]
 pub(crate) fn report_html(path: PathBuf, output: PathBuf, capacity_bytes: Option<u64>, device: Option<i64>) -> PyResult<usize> {
     let file = read_snapshot(&path)?;
-    let findings = tune_and_diagnose(&file, capacity_bytes)?;
+    let traces = DeviceTrace::split(&file.snapshot);
+    let mut findings = tune_and_diagnose(&file, &traces, capacity_bytes)?;
     let index = match device {
         Some(d) => findings.traces.iter().position(|t| t.device == d).ok_or_else(|| {
             let have: Vec<String> = findings.traces.iter().map(|t| t.device.to_string()).collect();
@@ -239,10 +253,13 @@ pub(crate) fn report_html(path: PathBuf, output: PathBuf, capacity_bytes: Option
     };
     let trace = findings.traces.get(index).ok_or_else(|| FileError::Read(format!("{}: the snapshot has no segments and no trace", path.display())))?;
     let label = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let prepared = match findings.prepared[index].take() {
+        Some(p) => p,
+        None => PreparedTrace::new(trace, file.recorded.clone(), None).map_err(|error| FileError::Replay { device: trace.device, error })?,
+    };
     let report = vramkit_replay::report::build(&vramkit_replay::report::ReportInput {
         label,
-        trace,
-        recorded: file.recorded.clone(),
+        prepared: &prepared,
         capacity_bytes: findings.capacities[index],
         tune: findings.tune_result(index),
         diagnosis: &findings.diagnoses[index],

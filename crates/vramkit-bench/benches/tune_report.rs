@@ -22,7 +22,7 @@ use vramkit_core::AllocatorConfig;
 use vramkit_replay::doctor::diagnose;
 use vramkit_replay::report::{build, ReportInput};
 use vramkit_replay::synthetic::{record, Workload};
-use vramkit_replay::{tune, DeviceTrace, TuneInput, TuneOptions};
+use vramkit_replay::{tune, DeviceTrace, PreparedTrace, TuneInput, TuneOptions};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -41,7 +41,8 @@ fn bench_tune() {
     let file = vramkit_trace::read_snapshot(path).expect("the shared trace");
     let recorded = file.allocator_settings.as_ref().map(|s| s.to_config()).unwrap_or_default();
     let trace = DeviceTrace::split(&file.snapshot).into_iter().next().expect("device 0");
-    let input = TuneInput { label: "cs336_bcrafton".into(), trace: &trace, recorded, capacity_bytes: Some(4 << 30) };
+    let prepared = PreparedTrace::new(&trace, recorded, None).expect("prepares");
+    let input = TuneInput { label: "cs336_bcrafton".into(), prepared: &prepared, capacity_bytes: Some(4 << 30) };
     let options = TuneOptions { max_candidates: Some(64) };
     let count = vramkit_replay::tune::candidates(std::slice::from_ref(&input), &options).len();
     println!(
@@ -66,19 +67,18 @@ fn bench_report() {
     let (snapshot, _) = timed("record the synthetic trace (setup, not report)", || record(&Workload::new(events)));
     let start = Instant::now();
     let (traces, _) = timed("split by device", || DeviceTrace::split(&snapshot));
-    let trace = &traces[0];
     let recorded = AllocatorConfig::pytorch_default();
-    let input = TuneInput { label: "synthetic".into(), trace, recorded: recorded.clone(), capacity_bytes: None };
+    let (prepared, _) = timed("prepare (rebuild the window's start)", || PreparedTrace::new(&traces[0], recorded, None).expect("prepares"));
+    let input = TuneInput { label: "synthetic".into(), prepared: &prepared, capacity_bytes: None };
     let (tuned, _) = timed(&format!("tune ({candidates} settings)"), || {
         tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(candidates) }, &|| ()).expect("tune")
     });
     let t = &tuned.results[0];
-    let (diagnosis, _) = timed("doctor", || diagnose(trace, &recorded, Some(t)).expect("doctor"));
+    let (diagnosis, _) = timed("doctor", || diagnose(&prepared, Some(t)).expect("doctor"));
     let (report, _) = timed("replays with timelines, sites at the peak", || {
         build(&ReportInput {
             label: "synthetic".into(),
-            trace,
-            recorded: recorded.clone(),
+            prepared: &prepared,
             capacity_bytes: None,
             tune: Some(t),
             diagnosis: &diagnosis,

@@ -2,56 +2,70 @@
 //! recommendation when the snapshot has events.
 
 use crate::cli::DoctorArgs;
-use crate::input::{capacity_for, load, parse_size, print_devices, recorded_config, CliError};
+use crate::input::{capacity_for, load_traces, parse_size, prepare, print_devices, recorded_config, CliError};
 use crate::tune::run_tune;
 use std::io::Write;
 use std::process::ExitCode;
-use vramkit_replay::doctor::{diagnose, Diagnosis};
-use vramkit_replay::{DeviceTrace, TuneInput};
+use vramkit_replay::doctor::{diagnose, diagnose_trace, Diagnosis};
+use vramkit_replay::{DeviceTrace, PreparedTrace, TuneInput};
 
 /// What [`diagnoses`] found: one diagnosis per trace, the tune of those
-/// with allocations, and the capacity each ran against.
-pub struct Diagnosed {
+/// with allocations, the capacity each ran against, and those traces as
+/// prepared (for further replays).
+pub struct Diagnosed<'t> {
     pub diagnoses: Vec<Diagnosis>,
     pub tune: Option<vramkit_replay::TuneReport>,
     pub capacities: Vec<Option<u64>>,
+    /// Per trace: prepared if it has allocations.
+    pub prepared: Vec<Option<PreparedTrace<'t>>>,
 }
 
-/// Diagnoses every device of a snapshot, tuning those with events.
-pub fn diagnoses(
-    traces: &[DeviceTrace],
+/// Diagnoses every device of a snapshot, tuning those with events; each
+/// of those is prepared once, for the tune and the diagnosis alike.
+pub fn diagnoses<'t>(
+    traces: &'t [DeviceTrace],
     path: &std::path::Path,
     recorded: &vramkit_core::AllocatorConfig,
     capacity: Option<&str>,
     max_candidates: Option<usize>,
-) -> Result<Diagnosed, CliError> {
+) -> Result<Diagnosed<'t>, CliError> {
     let given = capacity.map(parse_size).transpose()?;
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let mut capacities = Vec::new();
-    let mut inputs = Vec::new();
+    let mut prepared = Vec::new();
     for t in traces {
         if t.has_allocations() {
-            let (c, _) = capacity_for(t, recorded, given, path)?;
-            capacities.push(c);
-            inputs.push(TuneInput { label: name.clone(), trace: t, recorded: recorded.clone(), capacity_bytes: c });
+            let p = prepare(t, recorded, path)?;
+            capacities.push(capacity_for(&p, given).0);
+            prepared.push(Some(p));
         } else {
             capacities.push(given);
+            prepared.push(None);
         }
     }
+    let inputs: Vec<TuneInput<'_>> = prepared
+        .iter()
+        .zip(&capacities)
+        .filter_map(|(p, &c)| p.as_ref().map(|p| TuneInput { label: name.clone(), prepared: p, capacity_bytes: c }))
+        .collect();
     let report = if inputs.is_empty() { None } else { Some(run_tune(&inputs, max_candidates)?) };
+    drop(inputs);
     let mut next = report.iter().flat_map(|r| r.results.iter());
     let mut out = Vec::new();
-    for t in traces {
-        let tuned = if t.has_allocations() { next.next() } else { None };
-        out.push(diagnose(t, recorded, tuned).map_err(|e| CliError::new(format!("{}: {e}", path.display())))?);
+    for (t, p) in traces.iter().zip(&prepared) {
+        let found = match p {
+            Some(p) => diagnose(p, next.next()),
+            None => diagnose_trace(t, recorded, None),
+        };
+        out.push(found.map_err(|e| CliError::new(format!("{}: {e}", path.display())))?);
     }
-    Ok(Diagnosed { diagnoses: out, tune: report, capacities })
+    Ok(Diagnosed { diagnoses: out, tune: report, capacities, prepared })
 }
 
 pub fn run(args: DoctorArgs) -> Result<ExitCode, CliError> {
-    let file = load(&args.snapshot)?;
+    let file = load_traces(&args.snapshot)?;
     let recorded = recorded_config(&file, &args.rules)?;
-    let traces = DeviceTrace::split(&file.snapshot);
+    let traces = DeviceTrace::split_file(file);
     if traces.is_empty() {
         return Err(CliError::new(format!("{}: the snapshot has no segments and no trace", args.snapshot.display())));
     }

@@ -1,11 +1,12 @@
 //! Reading snapshots, parsing sizes, and the error type every command returns.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::Path;
 use crate::cli::RulesArgs;
 use vramkit_core::{AllocatorConfig, PytorchRelease};
-use vramkit_replay::DeviceTrace;
-use vramkit_trace::SnapshotFile;
+use vramkit_replay::{DeviceTrace, PreparedTrace};
+use vramkit_trace::{SnapshotFile, TraceError, TraceFile};
 
 /// A command's failure: one line for the user.
 #[derive(Debug)]
@@ -38,19 +39,29 @@ impl From<std::io::Error> for CliError {
 
 /// Reads a snapshot file, with errors that name the file.
 pub fn load(path: &Path) -> Result<SnapshotFile, CliError> {
+    read_with(path, |p| vramkit_trace::read_snapshot(p))
+}
+
+/// Reads a snapshot file with its traces by column (what the analysis
+/// commands read: a fraction of the memory), with errors that name the file.
+pub fn load_traces(path: &Path) -> Result<TraceFile, CliError> {
+    read_with(path, |p| vramkit_trace::read_trace_file(p))
+}
+
+fn read_with<T>(path: &Path, read: impl FnOnce(&Path) -> Result<T, TraceError>) -> Result<T, CliError> {
     if path.is_dir() {
         return Err(CliError::new(format!("{}: is a directory; pass a snapshot file (.pickle or .json)", path.display())));
     }
     let spinner = crate::progress::spinner(&format!("reading {}", path.display()));
-    let file = vramkit_trace::read_snapshot(path).map_err(|e| CliError::new(first_line(&e.to_string())));
+    let file = read(path).map_err(|e| CliError::new(first_line(&e.to_string())));
     spinner.finish_and_clear();
     file
 }
 
 /// The device traces of a snapshot that hold allocation events, or an
 /// error that says how to record some.
-pub fn traces_with_events(file: &SnapshotFile, path: &Path, what: &str) -> Result<Vec<DeviceTrace>, CliError> {
-    let devices: Vec<DeviceTrace> = DeviceTrace::split(&file.snapshot).into_iter().filter(DeviceTrace::has_allocations).collect();
+pub fn traces_with_events(traces: Vec<DeviceTrace>, path: &Path, what: &str) -> Result<Vec<DeviceTrace>, CliError> {
+    let devices: Vec<DeviceTrace> = traces.into_iter().filter(DeviceTrace::has_allocations).collect();
     if devices.is_empty() {
         return Err(CliError::new(format!(
             "{}: the snapshot has no allocation events to {what} (record it with torch.cuda.memory._record_memory_history(enabled=\"all\")); `vramkit doctor` and `vramkit summary` read state-only snapshots",
@@ -60,23 +71,23 @@ pub fn traces_with_events(file: &SnapshotFile, path: &Path, what: &str) -> Resul
     Ok(devices)
 }
 
-/// The capacity a replay of `trace` runs against: `given`, else what the
-/// trace implies (refusals or an out-of-memory error), else unlimited; and
-/// which of the three it is.
-pub fn capacity_for(
-    trace: &DeviceTrace,
-    recorded: &AllocatorConfig,
-    given: Option<u64>,
-    path: &Path,
-) -> Result<(Option<u64>, &'static str), CliError> {
+/// `trace` (borrowed or kept) prepared for replays under its recorded
+/// settings, its window's start rebuilt once, with errors that name the file.
+pub fn prepare<'t>(trace: impl Into<Cow<'t, DeviceTrace>>, recorded: &AllocatorConfig, path: &Path) -> Result<PreparedTrace<'t>, CliError> {
+    PreparedTrace::new(trace, recorded.clone(), None).map_err(|e| CliError::new(format!("{}: {e}", path.display())))
+}
+
+/// The capacity a replay of `prepared` runs against: `given`, else what
+/// the trace implies (refusals or an out-of-memory error), else unlimited;
+/// and which of the three it is.
+pub fn capacity_for(prepared: &PreparedTrace<'_>, given: Option<u64>) -> (Option<u64>, &'static str) {
     if given.is_some() {
-        return Ok((given, "given"));
+        return (given, "given");
     }
-    let inferred = vramkit_replay::inferred_capacity(trace, recorded).map_err(|e| CliError::new(format!("{}: {e}", path.display())))?;
-    Ok(match inferred {
+    match prepared.inferred_capacity() {
         Some(c) => (Some(c), "inferred from the trace"),
         None => (None, "unlimited"),
-    })
+    }
 }
 
 fn first_line(s: &str) -> String {
@@ -86,7 +97,7 @@ fn first_line(s: &str) -> String {
 /// The settings a snapshot was recorded with (PyTorch's defaults if it
 /// does not say), under the allocator rules of the release `--pytorch`
 /// names, else of the newest release the file may come from.
-pub fn recorded_config(file: &SnapshotFile, rules: &RulesArgs) -> Result<AllocatorConfig, CliError> {
+pub fn recorded_config(file: &TraceFile, rules: &RulesArgs) -> Result<AllocatorConfig, CliError> {
     Ok(file.recorded_config(given_release(rules)?))
 }
 

@@ -1,14 +1,14 @@
 //! `vramkit replay`: peak memory under any settings (or as recorded).
 
 use crate::cli::ReplayArgs;
-use crate::input::{capacity_for, load, parse_size, print_devices, recorded_config, CliError};
+use crate::input::{capacity_for, load_traces, parse_size, prepare, print_devices, recorded_config, CliError};
 use std::io::Write;
 use std::process::ExitCode;
 use vramkit_core::AllocatorConfig;
-use vramkit_replay::{model_replay, oracle_replay, DeviceTrace, Metrics, ModelOptions};
+use vramkit_replay::{DeviceTrace, Metrics};
 
 pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
-    let file = load(&args.snapshot)?;
+    let file = load_traces(&args.snapshot)?;
     let recorded = recorded_config(&file, &args.rules)?;
     let (conf, config) = match &args.conf {
         Some(c) => (c.clone(), AllocatorConfig::parse(c).map_err(|e| CliError::new(format!("--conf {c:?}: {e}")))?),
@@ -18,7 +18,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::new("--oracle follows what PyTorch did under the recorded settings; leave out --conf"));
     }
     let given = args.capacity.as_deref().map(parse_size).transpose()?;
-    let devices: Vec<DeviceTrace> = DeviceTrace::split(&file.snapshot).into_iter().filter(DeviceTrace::has_events).collect();
+    let devices: Vec<DeviceTrace> = DeviceTrace::split_file(file).into_iter().filter(DeviceTrace::has_events).collect();
     if devices.is_empty() {
         return Err(CliError::new(format!(
             "{}: the snapshot has no allocation events to replay (record it with torch.cuda.memory._record_memory_history(enabled=\"all\")); `vramkit summary` reads state-only snapshots",
@@ -29,13 +29,14 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
     let mut human = Vec::new();
     for d in &devices {
         let fail = |e: vramkit_replay::ReplayError| CliError::new(format!("{}: {e}", args.snapshot.display()));
-        let (capacity, source) = capacity_for(d, &recorded, given, &args.snapshot)?;
+        let prepared = prepare(d, &recorded, &args.snapshot)?;
+        let (capacity, source) = capacity_for(&prepared, given);
         let spinner = crate::progress::spinner(&format!("replaying {} events", d.events.len()));
         let m: Metrics = if args.oracle {
-            oracle_replay(d, &recorded, 0).map_err(fail)?
+            prepared.oracle_replay(0)
         } else {
-            // The same options `vramkit tune` evaluates each candidate with.
-            model_replay(d, &ModelOptions::for_conf(config.clone(), recorded.clone(), capacity)).map_err(fail)?
+            // What `vramkit tune` evaluates each candidate with.
+            prepared.model_replay(&config, capacity, 0).map_err(fail)?
         };
         spinner.finish_and_clear();
         let mut v = serde_json::json!({

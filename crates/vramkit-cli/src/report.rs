@@ -2,18 +2,16 @@
 
 use crate::cli::ReportArgs;
 use crate::doctor::diagnoses;
-use crate::input::{load, recorded_config, CliError};
+use crate::input::{load_traces, prepare, recorded_config, CliError};
 use std::io::Write;
 use std::process::ExitCode;
 use vramkit_replay::report::{build, ReportInput};
 use vramkit_replay::DeviceTrace;
 
 pub fn run(args: ReportArgs) -> Result<ExitCode, CliError> {
-    let file = load(&args.snapshot)?;
+    let file = load_traces(&args.snapshot)?;
     let recorded = recorded_config(&file, &args.rules)?;
-    let all = DeviceTrace::split(&file.snapshot);
-    // The traces are copies: free the file's (large, on long traces) own before replaying.
-    drop(file);
+    let all = DeviceTrace::split_file(file);
     let trace = match args.device {
         Some(d) => all.into_iter().find(|t| t.device == d).ok_or_else(|| {
             CliError::new(format!("{}: no device {d} in the snapshot", args.snapshot.display()))
@@ -26,13 +24,16 @@ pub fn run(args: ReportArgs) -> Result<ExitCode, CliError> {
         }
     };
     let traces = [trace];
-    let found = diagnoses(&traces, &args.snapshot, &recorded, args.capacity.as_deref(), args.max_candidates)?;
+    let mut found = diagnoses(&traces, &args.snapshot, &recorded, args.capacity.as_deref(), args.max_candidates)?;
+    let prepared = match found.prepared[0].take() {
+        Some(p) => p,
+        None => prepare(&traces[0], &recorded, &args.snapshot)?,
+    };
     let label = args.snapshot.file_name().map_or_else(|| args.snapshot.display().to_string(), |n| n.to_string_lossy().into_owned());
     let spinner = crate::progress::spinner("report: replaying the recorded and recommended settings");
     let report = build(&ReportInput {
         label,
-        trace: &traces[0],
-        recorded,
+        prepared: &prepared,
         capacity_bytes: found.capacities[0],
         tune: found.tune.as_ref().map(|r| &r.results[0]),
         diagnosis: &found.diagnoses[0],

@@ -1,16 +1,16 @@
 //! `vramkit summary`: PyTorch's memory_summary() for the snapshot's state.
 
 use crate::cli::SummaryArgs;
-use crate::input::{load, print_devices, recorded_config, CliError};
+use crate::input::{load_traces, print_devices, recorded_config, CliError};
 use std::io::Write;
 use std::process::ExitCode;
 use vramkit_core::{memory_summary, SummaryLayout};
 use vramkit_replay::{stats_from_segments, DeviceTrace};
 
 pub fn run(args: SummaryArgs) -> Result<ExitCode, CliError> {
-    let file = load(&args.snapshot)?;
+    let file = load_traces(&args.snapshot)?;
     let config = recorded_config(&file, &Default::default())?;
-    let devices = DeviceTrace::split(&file.snapshot);
+    let devices = DeviceTrace::split_file(file);
     if devices.is_empty() {
         return Err(CliError::new(format!("{}: the snapshot has no segments and no trace", args.snapshot.display())));
     }

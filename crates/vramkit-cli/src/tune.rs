@@ -2,37 +2,36 @@
 //! for every rank of a job.
 
 use crate::cli::{RulesArgs, TuneArgs};
-use crate::input::{capacity_for, load, parse_size, recorded_config, traces_with_events, CliError};
+use crate::input::{capacity_for, load_traces, parse_size, prepare, recorded_config, traces_with_events, CliError};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
-use vramkit_core::AllocatorConfig;
-use vramkit_replay::{DeviceTrace, TuneInput, TuneOptions, TuneReport, TuneResult};
+use vramkit_replay::{DeviceTrace, PreparedTrace, TuneInput, TuneOptions, TuneReport, TuneResult};
 
-/// One device trace of one file, ready to tune.
+/// One device trace of one file, prepared to tune.
 pub struct Loaded {
     pub label: String,
-    pub trace: DeviceTrace,
-    pub recorded: AllocatorConfig,
+    pub prepared: PreparedTrace<'static>,
     pub capacity: Option<u64>,
     pub capacity_source: &'static str,
 }
 
-/// Reads the snapshots and their device traces with events.
+/// Reads the snapshots and prepares their device traces with events.
 pub fn load_inputs(paths: &[impl AsRef<Path>], capacity: Option<&str>, rules: &RulesArgs) -> Result<Vec<Loaded>, CliError> {
     let given = capacity.map(parse_size).transpose()?;
     let mut out = Vec::new();
     for path in paths {
         let path = path.as_ref();
-        let file = load(path)?;
+        let file = load_traces(path)?;
         let recorded = recorded_config(&file, rules)?;
-        let traces = traces_with_events(&file, path, "tune")?;
+        let traces = traces_with_events(DeviceTrace::split_file(file), path, "tune")?;
         let several = traces.len() > 1;
         let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
         for trace in traces {
-            let (capacity, capacity_source) = capacity_for(&trace, &recorded, given, path)?;
             let label = if several { format!("{name} device {}", trace.device) } else { name.clone() };
-            out.push(Loaded { label, trace, recorded: recorded.clone(), capacity, capacity_source });
+            let prepared = prepare(trace, &recorded, path)?;
+            let (capacity, capacity_source) = capacity_for(&prepared, given);
+            out.push(Loaded { label, prepared, capacity, capacity_source });
         }
     }
     Ok(out)
@@ -50,7 +49,7 @@ pub fn run_tune(inputs: &[TuneInput<'_>], max_candidates: Option<usize>) -> Resu
 
 impl Loaded {
     pub fn input(&self) -> TuneInput<'_> {
-        TuneInput { label: self.label.clone(), trace: &self.trace, recorded: self.recorded.clone(), capacity_bytes: self.capacity }
+        TuneInput { label: self.label.clone(), prepared: &self.prepared, capacity_bytes: self.capacity }
     }
 }
 

@@ -6,38 +6,42 @@
 //! verifies is kept (the output says which).
 
 use crate::cli::VerifyArgs;
-use crate::input::{given_release, load, parse_size, print_devices, CliError};
+use crate::input::{given_release, load_traces, parse_size, print_devices, CliError};
 use std::io::Write;
 use std::process::ExitCode;
 use vramkit_core::PytorchRelease;
-use vramkit_replay::{verify_with_capacity, DeviceTrace, VerifyReport};
-use vramkit_trace::SnapshotFile;
+use vramkit_replay::{DeviceTrace, PreparedTrace, VerifyReport};
+use vramkit_trace::TraceFile;
 
 pub fn run(args: VerifyArgs) -> Result<ExitCode, CliError> {
-    let file = load(&args.snapshot)?;
+    let file = load_traces(&args.snapshot)?;
     let capacity = args.capacity.as_deref().map(parse_size).transpose()?;
     if let Some(f) = args.fraction {
         if !(f > 0.0 && f <= 1.0) {
             return Err(CliError::new(format!("--fraction {f}: a memory fraction is above 0 and at most 1, e.g. 0.5")));
         }
     }
-    let devices: Vec<DeviceTrace> = DeviceTrace::split(&file.snapshot).into_iter().filter(DeviceTrace::has_events).collect();
+    // The release is checked after the devices (a file without events says so first).
+    let given = given_release(&args.rules);
+    let (candidates, why) = candidates(&file, given.as_ref().ok().copied().flatten());
+    let configs: Vec<_> = candidates.iter().map(|&release| file.recorded_config(release)).collect();
+    let devices: Vec<DeviceTrace> = DeviceTrace::split_file(file).into_iter().filter(DeviceTrace::has_events).collect();
     if devices.is_empty() {
         return Err(CliError::new(format!(
             "{}: the snapshot has no allocation events to verify (record it with torch.cuda.memory._record_memory_history(enabled=\"all\"))",
             args.snapshot.display()
         )));
     }
-    let (candidates, why) = candidates(&file, given_release(&args.rules)?);
+    given?;
     let mut chosen = None;
-    for &release in &candidates {
-        let mut config = file.recorded_config(release);
+    for (&release, mut config) in candidates.iter().zip(configs) {
         if let Some(f) = args.fraction {
             config.per_process_memory_fraction = f;
         }
         let mut reports = Vec::new();
         for d in &devices {
-            reports.push(verify_with_capacity(d, &config, capacity).map_err(|e| CliError::new(format!("{}: {e}", args.snapshot.display())))?);
+            let verified = PreparedTrace::new(d, config.clone(), capacity).and_then(|p| p.verify());
+            reports.push(verified.map_err(|e| CliError::new(format!("{}: {e}", args.snapshot.display())))?);
         }
         let passed = reports.iter().all(VerifyReport::passed);
         if chosen.is_none() || passed {
@@ -94,7 +98,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, CliError> {
 
 /// The releases whose rules to try, newest first (`None`: vramkit's
 /// defaults), and what chose them.
-fn candidates(file: &SnapshotFile, given: Option<PytorchRelease>) -> (Vec<Option<PytorchRelease>>, String) {
+fn candidates(file: &TraceFile, given: Option<PytorchRelease>) -> (Vec<Option<PytorchRelease>>, String) {
     if let Some(r) = given {
         return (vec![Some(r)], "--pytorch".into());
     }

@@ -12,11 +12,10 @@
 //! recommendation. `Display` writes the text; the struct is the JSON.
 
 use crate::drive::Driver;
-use crate::releases::classify_with_capacity;
+use crate::pools::Overrides;
+use crate::prepared::PreparedTrace;
 use crate::trace::DeviceTrace;
 use crate::tune::{describe_conf, TuneResult};
-use crate::verify::start_model;
-use crate::window::rebuild_start;
 use crate::ReplayError;
 use std::collections::HashMap;
 use std::fmt;
@@ -367,12 +366,31 @@ impl Diagnosis {
     }
 }
 
+impl Diagnosis {
+    /// The state part of a trace's diagnosis, with its allocation count.
+    fn of_trace(trace: &DeviceTrace, recorded: &AllocatorConfig) -> Diagnosis {
+        let mut d = Diagnosis::from_segments(trace.device, &trace.end_segments, recorded);
+        d.allocation_events = trace.events.actions().iter().filter(|&&a| a == TraceAction::Alloc).count() as u64;
+        d
+    }
+}
+
 /// The full diagnosis of one device: its end state, its first `oom`
 /// explained, and `tune` (when given) as the recommendation.
-pub fn diagnose(trace: &DeviceTrace, recorded: &AllocatorConfig, tune: Option<&TuneResult>) -> Result<Diagnosis, ReplayError> {
-    let mut d = Diagnosis::from_segments(trace.device, &trace.end_segments, recorded);
-    d.allocation_events = trace.events.iter().filter(|e| e.action == TraceAction::Alloc).count() as u64;
-    d.oom = explain_oom(trace, recorded)?;
+pub fn diagnose(prepared: &PreparedTrace<'_>, tune: Option<&TuneResult>) -> Result<Diagnosis, ReplayError> {
+    let mut d = Diagnosis::of_trace(prepared.trace(), prepared.recorded());
+    d.oom = prepared.explain_oom()?;
+    d.recommendation = tune.map(Recommendation::from_tune);
+    Ok(d)
+}
+
+/// [`diagnose`] for a trace not prepared (one without allocations to tune,
+/// a state-only snapshot): prepared only if it has an `oom` entry to explain.
+pub fn diagnose_trace(trace: &DeviceTrace, recorded: &AllocatorConfig, tune: Option<&TuneResult>) -> Result<Diagnosis, ReplayError> {
+    if trace.events.actions().contains(&TraceAction::Oom) {
+        return diagnose(&PreparedTrace::new(trace, recorded.clone(), None)?, tune);
+    }
+    let mut d = Diagnosis::of_trace(trace, recorded);
     d.recommendation = tune.map(Recommendation::from_tune);
     Ok(d)
 }
@@ -380,24 +398,22 @@ pub fn diagnose(trace: &DeviceTrace, recorded: &AllocatorConfig, tune: Option<&T
 /// Replays the trace under the recorded settings up to its first `oom`
 /// entry, gives the device exactly the free memory PyTorch reported, and
 /// asks for the failed size again.
-pub fn explain_oom(trace: &DeviceTrace, recorded: &AllocatorConfig) -> Result<Option<OomExplanation>, ReplayError> {
-    let Some(at) = trace.events.iter().position(|e| e.action == TraceAction::Oom) else { return Ok(None) };
-    let e = &trace.events[at];
-    let start = rebuild_start(trace, recorded)?;
-    let start_reserved: u64 = start.segments.iter().map(|s| s.total_size).sum();
-    let mut reserved = start_reserved;
-    for x in &trace.events[..at] {
+pub(crate) fn explain_oom(prepared: &PreparedTrace<'_>) -> Result<Option<OomExplanation>, ReplayError> {
+    let (trace, recorded) = (prepared.trace(), prepared.recorded());
+    let Some(at) = trace.events.actions().iter().position(|&a| a == TraceAction::Oom) else { return Ok(None) };
+    let e = trace.events.get(at);
+    let mut reserved: u64 = prepared.start().segments.iter().map(|s| s.total_size).sum();
+    for x in trace.events.iter_range(0..at) {
         match x.action {
             TraceAction::SegmentAlloc | TraceAction::SegmentMap => reserved += x.size,
             TraceAction::SegmentFree | TraceAction::SegmentUnmap => reserved = reserved.saturating_sub(x.size),
             _ => {}
         }
     }
-    let (runs, _) = classify_with_capacity(&trace.events, start_reserved, recorded, None);
     let device = SimDevice::new(u64::MAX).with_event_mode(vramkit_sim::EventMode::Manual);
-    let mut model = start_model(&start, recorded, device)?;
-    let mut driver = Driver::new(&trace.events, runs);
-    driver.begin(&mut model, trace, &start.segments);
+    let mut model = prepared.start_model(recorded, device)?;
+    let mut driver = Driver::judging(prepared, Overrides::new());
+    driver.begin(&mut model);
     for i in 0..at {
         driver.step(&mut model, i);
     }
@@ -410,12 +426,12 @@ pub fn explain_oom(trace: &DeviceTrace, recorded: &AllocatorConfig) -> Result<Op
     };
     Ok(Some(OomExplanation {
         event_index: at as u64,
-        oom_count: trace.events.iter().filter(|e| e.action == TraceAction::Oom).count() as u64,
+        oom_count: trace.events.actions().iter().filter(|&&a| a == TraceAction::Oom).count() as u64,
         requested_bytes: e.size,
         stream: e.stream,
         device_free_bytes: e.addr,
         reserved_bytes: reserved,
-        site: e.frames.as_deref().and_then(site_of),
+        site: trace.events.frames(at).and_then(|f| site_of(f)),
         reproduced,
     }))
 }
@@ -779,7 +795,7 @@ mod tests {
         assert!(err.as_oom().is_some());
         let snap = a.snapshot();
         let trace = &DeviceTrace::split(&snap)[0];
-        let d = diagnose(trace, &config, None).unwrap();
+        let d = diagnose(&PreparedTrace::new(trace, config.clone(), None).unwrap(), None).unwrap();
         let o = d.oom.as_ref().unwrap();
         assert_eq!(o.oom_count, 1);
         assert_eq!(o.requested_bytes, 1 << 30);

@@ -24,12 +24,14 @@
 //! which replays under other settings follow.
 
 use crate::pools::{route, Overrides, PoolRouting};
+use crate::prepared::{Judged, PreparedTrace};
+use crate::reading::Reading;
 use crate::releases::{releases, replay_as_empty_cache, request_after, ReleaseRun};
-use crate::trace::DeviceTrace;
-use std::borrow::Cow;
 use crate::AddrMap;
-use vramkit_core::{CachingAllocator, DeviceAddr, Error, SegmentInfo, StreamId, TraceAction, TraceEntry};
+use std::borrow::Cow;
+use vramkit_core::{CachingAllocator, DeviceAddr, Error, StreamId, TraceAction};
 use vramkit_sim::SimDevice;
+use vramkit_trace::Entries;
 
 /// Streams the driver makes up for held blocks start here, far from real handles.
 const HOLD_STREAM_BASE: u64 = u64::MAX - (1 << 40);
@@ -45,47 +47,10 @@ pub(crate) enum Step {
     Other,
 }
 
-/// How a trace is read where its entries alone are ambiguous: which runs
-/// of releases were the user's `empty_cache()` calls, which
-/// `free_completed` entries a synchronisation emitted (PyTorch's
-/// `synchronize_and_free_events`, in `empty_cache()` or the retry ladder's
-/// `release_cached_blocks`), and which blocks freed at once had in fact
-/// waited on events (`record_stream`) until the next request's
-/// synchronisation. Judged once against a model under the recorded
-/// settings (the pass `verify` makes, where the model is PyTorch), then
-/// followed as is under any other settings: a user's `empty_cache()` call
-/// stays a call whatever the settings, while a retry ladder's releases are
-/// left to the model's own ladder, which runs only if its device refuses.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Reading {
-    /// Entries in the trace this reading is of.
-    entries: usize,
-    /// Entry indices of the release runs that were `empty_cache()` calls.
-    calls: Vec<usize>,
-    /// Per entry: a `free_completed` a synchronisation emitted.
-    by_sync: Vec<bool>,
-    /// Entry indices of `free_requested` entries, directly followed by their
-    /// `free_completed`, whose block was held until a synchronisation.
-    held_pairs: Vec<usize>,
-    /// Segments routed to private pools the snapshot does not name (see `pools`).
-    pools: Overrides,
-}
-
-impl Reading {
-    /// Entries of the trace this reading is of.
-    pub fn entries(&self) -> usize {
-        self.entries
-    }
-
-    /// How many release runs were read as `empty_cache()` calls.
-    pub fn empty_cache_calls(&self) -> usize {
-        self.calls.len()
-    }
-}
-
 pub(crate) struct Driver<'a> {
-    events: &'a [TraceEntry],
-    runs: Vec<(usize, ReleaseRun)>,
+    events: &'a Entries,
+    /// The release runs, classified (judging only).
+    runs: &'a [(usize, ReleaseRun)],
     /// The reading so far (being judged) or the one to follow.
     reading: Cow<'a, Reading>,
     /// Follow `reading` instead of judging.
@@ -99,15 +64,67 @@ pub(crate) struct Driver<'a> {
     overdue: Vec<StreamId>,
     next_hold: u64,
     /// The private pool of each allocation and pool-segment release.
-    routing: PoolRouting,
+    routing: Cow<'a, PoolRouting>,
 }
 
 impl<'a> Driver<'a> {
-    /// Routes these segments to pools the snapshot does not name (a judging
-    /// driver; see `pools`).
-    pub fn with_pool_overrides(mut self, pools: Overrides) -> Self {
-        self.reading.to_mut().pools = pools;
-        self
+    /// A driver that judges the reading against its own model, which must
+    /// be under the recorded settings, routing the segments `pools` names
+    /// to pools the snapshot does not name (see `pools`).
+    pub fn judging(prepared: &'a PreparedTrace<'_>, pools: Overrides) -> Driver<'a> {
+        let events = &prepared.trace().events;
+        let actions = events.actions();
+        // `free_completed` entries directly before a release, a new segment
+        // or an `oom` may come from a synchronisation (`empty_cache()`, or
+        // the retry ladder's last stage, after the cache search); entries
+        // directly before an `alloc` served from the cache never do. The
+        // candidates are marked here; `check_sync_run` keeps a run only if
+        // it frees every held block and the full release follows.
+        let mut by_sync = vec![false; actions.len()];
+        for (start, &action) in actions.iter().enumerate() {
+            let ladder_sign = matches!(
+                action,
+                TraceAction::SegmentFree | TraceAction::SegmentUnmap | TraceAction::SegmentAlloc | TraceAction::SegmentMap | TraceAction::Oom
+            );
+            if !ladder_sign || (start > 0 && actions[start - 1] != TraceAction::FreeCompleted) {
+                continue;
+            }
+            let mut k = start;
+            while k > 0 && actions[k - 1] == TraceAction::FreeCompleted {
+                k -= 1;
+                by_sync[k] = true;
+            }
+        }
+        let routing = route(prepared.trace(), &prepared.start().segments, &pools);
+        let reading = Reading { entries: actions.len(), calls: Vec::new(), by_sync, held_pairs: Vec::new(), pools };
+        Driver::with(events, prepared.runs(), Cow::Owned(reading), Cow::Owned(routing), false)
+    }
+
+    /// A driver that follows the reading judged for `prepared` instead of
+    /// judging against its own model.
+    pub fn following(prepared: &'a PreparedTrace<'_>, judged: &'a Judged) -> Driver<'a> {
+        let events = &prepared.trace().events;
+        Driver::with(events, &[], Cow::Borrowed(&judged.reading), Cow::Borrowed(&judged.routing), true)
+    }
+
+    fn with(
+        events: &'a Entries,
+        runs: &'a [(usize, ReleaseRun)],
+        reading: Cow<'a, Reading>,
+        routing: Cow<'a, PoolRouting>,
+        following: bool,
+    ) -> Driver<'a> {
+        Driver {
+            events,
+            runs,
+            reading,
+            following,
+            addr: AddrMap::default(),
+            holds: AddrMap::default(),
+            overdue: Vec::new(),
+            next_hold: 0,
+            routing,
+        }
     }
 
     /// Where each allocation went (see `pools`).
@@ -115,11 +132,9 @@ impl<'a> Driver<'a> {
         &self.routing
     }
 
-    /// Before the first entry: routes each allocation to its private pool
-    /// (see `pools`), and the start state's pending blocks wait on events
-    /// like every other hold.
-    pub fn begin(&mut self, model: &mut CachingAllocator<SimDevice>, trace: &DeviceTrace, start: &[SegmentInfo]) {
-        self.routing = route(trace, start, &self.reading.pools);
+    /// Before the first entry: the start state's pending blocks wait on
+    /// events like every other hold.
+    pub fn begin(&mut self, model: &mut CachingAllocator<SimDevice>) {
         for p in model.held_addresses() {
             let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
             self.next_hold += 1;
@@ -129,64 +144,9 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// A driver that judges the reading against its own model, which must
-    /// be under the recorded settings.
-    pub fn new(events: &'a [TraceEntry], runs: Vec<(usize, ReleaseRun)>) -> Driver<'a> {
-        // `free_completed` entries directly before a release, a new segment
-        // or an `oom` may come from a synchronisation (`empty_cache()`, or
-        // the retry ladder's last stage, after the cache search); entries
-        // directly before an `alloc` served from the cache never do. The
-        // candidates are marked here; `check_sync_run` keeps a run only if
-        // it frees every held block and the full release follows.
-        let mut by_sync = vec![false; events.len()];
-        for (start, e) in events.iter().enumerate() {
-            let ladder_sign = matches!(
-                e.action,
-                TraceAction::SegmentFree | TraceAction::SegmentUnmap | TraceAction::SegmentAlloc | TraceAction::SegmentMap | TraceAction::Oom
-            );
-            if !ladder_sign || (start > 0 && events[start - 1].action != TraceAction::FreeCompleted) {
-                continue;
-            }
-            let mut k = start;
-            while k > 0 && events[k - 1].action == TraceAction::FreeCompleted {
-                k -= 1;
-                by_sync[k] = true;
-            }
-        }
-        let reading = Cow::Owned(Reading { entries: events.len(), calls: Vec::new(), by_sync, held_pairs: Vec::new(), pools: Overrides::new() });
-        Driver {
-            events,
-            runs,
-            reading,
-            following: false,
-            addr: AddrMap::default(),
-            holds: AddrMap::default(),
-            overdue: Vec::new(),
-            next_hold: 0,
-            routing: PoolRouting::default(),
-        }
-    }
-
-    /// A driver that follows `reading` (made by a judging driver over the
-    /// same entries) instead of judging against its own model.
-    /// `None` when `reading` is of another trace (another number of entries).
-    pub fn following(events: &'a [TraceEntry], reading: &'a Reading) -> Option<Driver<'a>> {
-        (reading.entries == events.len() && reading.by_sync.len() == events.len()).then(|| Driver {
-            events,
-            runs: Vec::new(),
-            reading: Cow::Borrowed(reading),
-            following: true,
-            addr: AddrMap::default(),
-            holds: AddrMap::default(),
-            overdue: Vec::new(),
-            next_hold: 0,
-            routing: PoolRouting::default(),
-        })
-    }
-
-    /// The reading this driver judged (or followed).
-    pub fn into_reading(self) -> Reading {
-        self.reading.into_owned()
+    /// The reading this driver judged (or followed), and the routing it followed.
+    pub fn into_judgement(self) -> (Reading, PoolRouting) {
+        (self.reading.into_owned(), self.routing.into_owned())
     }
 
     fn model_addr(&self, recorded: u64) -> Option<u64> {
@@ -195,7 +155,7 @@ impl<'a> Driver<'a> {
 
     /// Applies entry `i`.
     pub fn step(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize) -> Step {
-        let e = &self.events[i];
+        let e = self.events.get(i);
         match e.action {
             TraceAction::Alloc => {
                 let got = match self.routing.pool(i) {
@@ -214,8 +174,7 @@ impl<'a> Driver<'a> {
             }
             TraceAction::FreeRequested => {
                 let Some(p) = self.model_addr(e.addr) else { return Step::Other };
-                let next = self.events.get(i + 1);
-                let pair = next.is_some_and(|n| n.action == TraceAction::FreeCompleted && n.addr == e.addr);
+                let pair = self.events.actions().get(i + 1) == Some(&TraceAction::FreeCompleted) && self.events.addrs()[i + 1] == e.addr;
                 let held_pair = pair
                     && if self.following {
                         self.reading.held_pairs.binary_search(&i).is_ok()
@@ -236,7 +195,7 @@ impl<'a> Driver<'a> {
                 Step::Other
             }
             TraceAction::FreeCompleted => {
-                let run_start = i == 0 || self.events[i - 1].action != TraceAction::FreeCompleted;
+                let run_start = i == 0 || self.events.actions()[i - 1] != TraceAction::FreeCompleted;
                 if !self.following && self.reading.by_sync[i] && run_start {
                     self.check_sync_run(model, i);
                 }
@@ -270,7 +229,8 @@ impl<'a> Driver<'a> {
             TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
                 // A release that frees a private pool's segment: every user
                 // of the pool had released it by then.
-                let run = self.events[i..].iter().take_while(|x| matches!(x.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap));
+                let actions = &self.events.actions()[i..];
+                let run = actions.iter().take_while(|&&a| matches!(a, TraceAction::SegmentFree | TraceAction::SegmentUnmap));
                 for j in i..i + run.count() {
                     if let Some(pool) = self.routing.pool(j) {
                         model.release_pool_entirely(pool);
@@ -279,7 +239,7 @@ impl<'a> Driver<'a> {
                 let call = if self.following {
                     self.reading.calls.binary_search(&i).is_ok()
                 } else {
-                    let call = replay_as_empty_cache(&self.runs, self.events, i, model, !self.holds.is_empty());
+                    let call = replay_as_empty_cache(self.runs, self.events, i, model, !self.holds.is_empty());
                     // A retry ladder's last stage is replayed as a release
                     // here, where the model is PyTorch; under other settings
                     // only the user's calls are forced.
@@ -315,16 +275,17 @@ impl<'a> Driver<'a> {
     /// start of the `malloc`, before its cache search, garbage collection
     /// and targeted release.
     fn check_sync_run(&mut self, model: &CachingAllocator<SimDevice>, i: usize) {
-        let run: Vec<u64> = self.events[i..].iter().take_while(|e| e.action == TraceAction::FreeCompleted).map(|e| e.addr).collect();
+        let run: Vec<u64> =
+            self.events.iter_range(i..self.events.len()).take_while(|e| e.action == TraceAction::FreeCompleted).map(|e| e.addr).collect();
         let end = i + run.len();
         let synchronised = self.holds.keys().all(|a| run.contains(a)) && {
             // Garbage collection or the targeted stage of the same `malloc`
             // may have released segments just before; the model does that
             // in its own `malloc`, after this.
-            let released_before = releases(self.events[..i].iter().rev());
+            let released_before = releases(self.events.iter_range(0..i).rev());
             let mut plan = model.after_empty_cache().released().to_vec();
             plan.retain(|r| !released_before.contains(r));
-            releases(self.events[end..].iter()) == plan
+            releases(self.events.iter_range(end..self.events.len())) == plan
         };
         if !synchronised {
             self.reading.to_mut().by_sync[i..end].fill(false);
@@ -342,9 +303,9 @@ impl<'a> Driver<'a> {
             return false;
         }
         // Past the rest of the synchronisation's `free_completed` run.
-        let rest = &self.events[i + 2..];
-        let run = rest.iter().take_while(|e| e.action == TraceAction::FreeCompleted).count();
-        request_after(&rest[run..]).is_some_and(|r| model.fits_in_cache_after_free(p, r.size, StreamId(r.stream)))
+        let rest = self.events.actions().get(i + 2..).unwrap_or_default();
+        let run = rest.iter().take_while(|&&a| a == TraceAction::FreeCompleted).count();
+        request_after(self.events, i + 2 + run).is_some_and(|r| model.fits_in_cache_after_free(p, r.size, StreamId(r.stream)))
     }
 
     /// After the last entry: free what completed but waits for a `malloc`,

@@ -1,21 +1,45 @@
 //! Replaying PyTorch memory traces.
 //!
 //! # Architecture
-//! A snapshot is split by device ([`DeviceTrace`]). Its trace is a window,
-//! so [`window::rebuild_start`] first rebuilds the state at the window's
-//! first entry from the end-state segments. From there:
-//! - [`verify`](mod@verify) replays under the recorded settings with the recorded
-//!   segment addresses and compares every placement, segment event and the
-//!   end state with what PyTorch did;
-//! - the oracle replay follows the trace's own placement (the ground truth
-//!   over time), and the model replay lets a `CachingAllocator<SimDevice>`
-//!   decide placement under any settings; both produce [`Metrics`].
+//! A snapshot is split by device ([`DeviceTrace`]: the end-state segments
+//! and the trace entries, by column). Everything starts from a
+//! [`PreparedTrace`], the type to read first: one device trace with what
+//! does not depend on the settings replayed worked out once.
+//! - The window's start state: a trace is the tail of a ring buffer, so
+//!   [`window::rebuild_start`] rebuilds the state at its first entry from
+//!   the end-state segments, walking backwards.
+//! - The release runs and the capacity they imply (`releases`: which runs
+//!   of `segment_free` could have been a retry ladder).
+//! - The [`Reading`]: which runs were `empty_cache()` calls, which frees
+//!   were held by other streams' work, which segments were private pools'
+//!   (`pools`). Judged once, the first time a replay needs it, by a replay
+//!   under the recorded settings on a device handing back the recorded
+//!   addresses (where the model is PyTorch); then followed as is.
 //!
-//! `releases` tells `empty_cache()` calls from the retry ladder.
+//! The rest are questions asked of a prepared trace, each replaying it from
+//! its start state through the one driver (`drive`: how each entry becomes
+//! an allocator call):
+//! - [`PreparedTrace::verify`] (`verify`): is the simulator PyTorch? The
+//!   recorded-settings replay, compared placement by placement, segment
+//!   event by segment event and in the end state;
+//! - [`PreparedTrace::model_replay`] (`model`): a `CachingAllocator<SimDevice>`
+//!   decides placement under any settings; [`PreparedTrace::oracle_replay`]
+//!   (`oracle`) follows the trace's own placement (the ground truth over
+//!   time); both produce [`Metrics`];
+//! - [`tune`](mod@tune) replays every candidate setting of one or more
+//!   prepared traces in parallel; [`doctor`] explains a snapshot in plain
+//!   words (its first `oom` replayed); [`report`] writes one
+//!   self-contained HTML page of both.
 //!
-//! On top of the model replay, [`tune`](mod@tune) sweeps settings in
-//! parallel, [`doctor`] explains a snapshot in plain words, and [`report`]
-//! writes one self-contained HTML page of both.
+//! The free functions taking a [`DeviceTrace`] ([`model_replay`],
+//! [`verify()`], [`oracle_replay`], ...) prepare the trace for that one
+//! question; to ask several, prepare it once.
+//!
+//! ```text
+//! DeviceTrace -> PreparedTrace { start state, release runs, reading (once) }
+//!                   |-> verify        |-> model replay <- tune (every candidate)
+//!                   |-> oracle replay |-> doctor (oom explained) -> report
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -25,6 +49,8 @@ mod pools;
 pub mod metrics;
 pub mod model;
 pub mod oracle;
+mod prepared;
+mod reading;
 pub mod releases;
 pub mod report;
 pub mod synthetic;
@@ -33,7 +59,8 @@ pub mod tune;
 pub mod verify;
 pub mod window;
 
-pub use drive::Reading;
+pub use prepared::PreparedTrace;
+pub use reading::Reading;
 pub use metrics::{stats_from_segments, Metrics, Sample};
 pub use model::{model_replay, model_replay_at_peak, ModelOptions, PeakState};
 pub use oracle::oracle_replay;

@@ -5,14 +5,14 @@
 //! New segments get addresses above every address the trace mentions, in
 //! allocation order, so results never depend on an arbitrary base.
 
+use crate::drive::Step;
 use crate::metrics::{LowerBound, Metrics, Sample, Timeline};
-use crate::drive::{Driver, Reading, Step};
-use std::sync::Arc;
+use crate::prepared::PreparedTrace;
+use crate::reading::Reading;
 use crate::trace::DeviceTrace;
-use crate::verify::start_model;
-use crate::window::rebuild_start;
-use crate::ReplayError;
 use crate::AddrMap;
+use crate::ReplayError;
+use std::sync::Arc;
 use vramkit_core::{AllocatorConfig, Error, SegmentInfo, TraceAction};
 use vramkit_sim::SimDevice;
 
@@ -45,9 +45,22 @@ impl ModelOptions {
     }
 }
 
-/// Replays `trace` under `options.config`.
+impl ModelOptions {
+    /// `trace`, prepared as these options say it was recorded (following
+    /// their reading, if they give one).
+    fn prepare<'t>(&self, trace: &'t DeviceTrace) -> Result<PreparedTrace<'t>, ReplayError> {
+        let prepared = PreparedTrace::new(trace, self.recorded.clone(), self.recorded_capacity_bytes)?;
+        if let Some(reading) = &self.reading {
+            prepared.follow(reading.clone())?;
+        }
+        Ok(prepared)
+    }
+}
+
+/// Replays `trace` under `options.config` (one replay: to replay a trace
+/// many times, prepare it once, [`PreparedTrace::model_replay`]).
 pub fn model_replay(trace: &DeviceTrace, options: &ModelOptions) -> Result<Metrics, ReplayError> {
-    run(trace, options, false).map(|(m, _)| m)
+    options.prepare(trace)?.model_replay(&options.config, options.capacity_bytes, options.timeline_points)
 }
 
 /// The model's state when reserved bytes first reached their peak.
@@ -61,49 +74,34 @@ pub struct PeakState {
 
 /// Like [`model_replay`], and also returns the state at the peak.
 pub fn model_replay_at_peak(trace: &DeviceTrace, options: &ModelOptions) -> Result<(Metrics, PeakState), ReplayError> {
-    run(trace, options, true).map(|(m, s)| (m, s.unwrap_or_default()))
+    options.prepare(trace)?.model_replay_at_peak(&options.config, options.capacity_bytes, options.timeline_points)
 }
 
-fn run(trace: &DeviceTrace, options: &ModelOptions, keep_peak: bool) -> Result<(Metrics, Option<PeakState>), ReplayError> {
-    let start = rebuild_start(trace, &options.recorded)?;
-    let top = trace
-        .end_segments
-        .iter()
-        .map(|s| s.address + s.total_size)
-        .chain(trace.events.iter().filter(|e| e.action != TraceAction::Oom).map(|e| e.addr + e.size))
-        .chain(start.segments.iter().map(|s| s.address + s.total_size))
-        .max()
-        .unwrap_or(0);
-    let base = (top + SimDevice::DEFAULT_GRANULARITY).next_multiple_of(SimDevice::DEFAULT_GRANULARITY);
-    let device = SimDevice::new(options.capacity_bytes.unwrap_or(u64::MAX))
+/// A model replay of `prepared` under `config`.
+pub(crate) fn run(
+    prepared: &PreparedTrace<'_>,
+    config: &AllocatorConfig,
+    capacity_bytes: Option<u64>,
+    timeline_points: usize,
+    keep_peak: bool,
+) -> Result<(Metrics, Option<PeakState>), ReplayError> {
+    let (trace, start) = (prepared.trace(), prepared.start());
+    let base = (prepared.top_address() + SimDevice::DEFAULT_GRANULARITY).next_multiple_of(SimDevice::DEFAULT_GRANULARITY);
+    let device = SimDevice::new(capacity_bytes.unwrap_or(u64::MAX))
         .with_base_address(base)
         .with_event_mode(vramkit_sim::EventMode::Manual)
         .with_first_fit();
-    let mut model = start_model(&start, &options.config, device)?;
-    let page = if options.config.expandable_segments { options.config.large_segment_size_bytes } else { 0 };
+    let mut model = prepared.start_model(config, device)?;
+    let page = if config.expandable_segments { config.large_segment_size_bytes } else { 0 };
     let mut lower = LowerBound::new(page);
     for b in start.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()) {
         lower.add(b.requested_size);
     }
 
     let mut m = Metrics { events: trace.events.len() as u64, ..Metrics::default() };
-    let mut timeline = Timeline::new(m.events, options.timeline_points);
-    let judged;
-    let reading: &Reading = match &options.reading {
-        Some(r) => r,
-        None => {
-            judged = crate::verify::reading(trace, &options.recorded, options.recorded_capacity_bytes)?;
-            &judged
-        }
-    };
-    let mut driver = Driver::following(&trace.events, reading).ok_or_else(|| {
-        ReplayError::Model(format!(
-            "the reading given in ModelOptions is of another trace ({} entries, this one has {}); make it with verify::reading for this trace",
-            reading.entries(),
-            trace.events.len()
-        ))
-    })?;
-    driver.begin(&mut model, trace, &start.segments);
+    let mut timeline = Timeline::new(m.events, timeline_points);
+    let mut driver = prepared.following_driver()?;
+    driver.begin(&mut model);
     let mut live_requested: AddrMap<u64> = AddrMap::default();
     let mut failed: AddrMap<()> = AddrMap::default();
     let mut peak_reserved = 0i64;
@@ -140,7 +138,7 @@ fn run(trace: &DeviceTrace, options: &ModelOptions, keep_peak: bool) -> Result<(
                 let segments = model.segments();
                 largest_at_peak = largest_free_block(&segments);
                 peak = Some(PeakState { event: i as u64 + 1, segments });
-            } else if options.timeline_points > 0 {
+            } else if timeline_points > 0 {
                 largest_at_peak = largest_free_block(&model.segments());
             }
             m.waste_bytes_at_peak = (st.reserved_bytes.all.current - st.allocated_bytes.all.current) as u64;

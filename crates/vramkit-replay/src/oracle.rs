@@ -8,8 +8,8 @@
 //! 1 MiB (PyTorch hands such a block out whole).
 
 use crate::metrics::{LowerBound, Metrics, Sample, Timeline};
+use crate::prepared::PreparedTrace;
 use crate::trace::DeviceTrace;
-use crate::window::rebuild_start;
 use crate::ReplayError;
 use std::collections::BTreeMap;
 use vramkit_core::rounding::{round_size, PoolKind, LARGE_SPLIT_REMAINDER};
@@ -68,9 +68,15 @@ impl Oracle {
     }
 }
 
-/// Replays `trace` as recorded. `timeline_points` > 0 keeps a downsampled timeline.
+/// Replays `trace`, recorded under `config`, as recorded.
+/// `timeline_points` > 0 keeps a downsampled timeline.
 pub fn oracle_replay(trace: &DeviceTrace, config: &AllocatorConfig, timeline_points: usize) -> Result<Metrics, ReplayError> {
-    let start = rebuild_start(trace, config)?;
+    Ok(PreparedTrace::new(trace, config.clone(), None)?.oracle_replay(timeline_points))
+}
+
+/// The oracle replay of `prepared`.
+pub(crate) fn run(prepared: &PreparedTrace<'_>, timeline_points: usize) -> Metrics {
+    let (trace, start, config) = (prepared.trace(), prepared.start(), prepared.recorded());
     let mut o = Oracle {
         segments: BTreeMap::new(),
         live: BTreeMap::new(),
@@ -186,5 +192,5 @@ pub fn oracle_replay(trace: &DeviceTrace, config: &AllocatorConfig, timeline_poi
     m.timeline = timeline.samples;
     m.lower_bound_bytes = lower.peak;
     m.utilization = if m.peak_reserved_bytes == 0 { 0.0 } else { m.peak_allocated_bytes as f64 / m.peak_reserved_bytes as f64 };
-    Ok(m)
+    m
 }

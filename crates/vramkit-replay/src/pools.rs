@@ -91,7 +91,7 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
     let n = trace.events.len();
     let uses_pools = start.iter().chain(&trace.end_segments).any(|s| s.segment_pool_id != DEFAULT);
     if !uses_pools {
-        return PoolRouting { pools: vec![None; n], spans: Vec::new() };
+        return PoolRouting::default();
     }
     // Live segments by address, and every segment seen.
     let mut live: BTreeMap<u64, usize> = BTreeMap::new();
@@ -147,10 +147,10 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
         }
     }
     for (k, inst) in instances.iter().enumerate().filter(|(_, inst)| inst.pool.is_none()) {
-        let allocs: Vec<usize> = inst.entries.iter().copied().filter(|&i| trace.events[i].action == TraceAction::Alloc).collect();
+        let allocs: Vec<usize> = inst.entries.iter().copied().filter(|&i| trace.events.actions()[i] == TraceAction::Alloc).collect();
         let by_neighbours = || {
             allocs.iter().find_map(|&i| {
-                let on_stream = &by_stream[&trace.events[i].stream];
+                let on_stream = &by_stream[&trace.events.streams()[i]];
                 let at = on_stream.binary_search(&i).ok()?;
                 let before = on_stream[..at].iter().rev().find_map(|&j| named[j]);
                 let after = on_stream[at + 1..].iter().find_map(|&j| named[j]);

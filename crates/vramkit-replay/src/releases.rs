@@ -9,8 +9,9 @@
 //! collection). Then [`replay_as_empty_cache`] judges each run against a
 //! model under the recorded settings.
 
-use vramkit_core::{CachingAllocator, DeviceAddr, StreamId, TraceAction, TraceEntry};
+use vramkit_core::{CachingAllocator, DeviceAddr, StreamId, TraceAction};
 use vramkit_sim::SimDevice;
+use vramkit_trace::{Entries, Entry};
 
 /// What a run of releases was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,25 +24,26 @@ pub enum ReleaseRun {
 }
 
 /// The runs of releases in `events`: (index of the run's first entry, kind).
-pub fn classify_release_runs(events: &[TraceEntry]) -> Vec<(usize, ReleaseRun)> {
+pub fn classify_release_runs(events: &Entries) -> Vec<(usize, ReleaseRun)> {
+    let actions = events.actions();
     let mut runs = Vec::new();
     let mut i = 0;
-    while i < events.len() {
-        if !is_release(&events[i]) {
+    while i < actions.len() {
+        if !is_release(actions[i]) {
             i += 1;
             continue;
         }
         let start = i;
-        while i < events.len() && is_release(&events[i]) {
+        while i < actions.len() && is_release(actions[i]) {
             i += 1;
         }
         // After the run: acquires then `alloc`, or an `oom`, make it a ladder.
         let mut j = i;
-        while j < events.len() && matches!(events[j].action, TraceAction::SegmentAlloc | TraceAction::SegmentMap) {
+        while j < actions.len() && matches!(actions[j], TraceAction::SegmentAlloc | TraceAction::SegmentMap) {
             j += 1;
         }
         let acquired = j > i;
-        let kind = match events.get(j).map(|e| e.action) {
+        let kind = match actions.get(j) {
             Some(TraceAction::Oom) => ReleaseRun::RetryLadder,
             Some(TraceAction::Alloc) if acquired => ReleaseRun::RetryLadder,
             _ => ReleaseRun::EmptyCache,
@@ -75,7 +77,7 @@ pub fn classify_release_runs(events: &[TraceEntry]) -> Vec<(usize, ReleaseRun)> 
 /// been served from the cache, with no new segment and no `oom`.
 pub fn replay_as_empty_cache(
     runs: &[(usize, ReleaseRun)],
-    events: &[TraceEntry],
+    events: &Entries,
     start: usize,
     model: &CachingAllocator<SimDevice>,
     unsynced_holds: bool,
@@ -84,8 +86,8 @@ pub fn replay_as_empty_cache(
         return false;
     }
     let Ok(k) = runs.binary_search_by_key(&start, |r| r.0) else { return false };
-    let recorded = releases(events[start..].iter());
-    let request = request_after(&events[start..]);
+    let recorded = releases(events.iter_range(start..events.len()));
+    let request = request_after(events, start);
     let after = model.after_empty_cache();
     if recorded != after.released() {
         return false;
@@ -111,33 +113,33 @@ pub fn replay_as_empty_cache(
     // A request right after the run, with no new memory: after a call the
     // cache served it, by best fit. Elsewhere, it was the ladder's (an
     // expandable segment's free end grows, or a targeted release made room).
-    let served_directly = events.get(start + recorded.len()).is_some_and(|e| e.action == TraceAction::Alloc);
+    let served_directly = events.actions().get(start + recorded.len()) == Some(&TraceAction::Alloc);
     !(served_directly && request.is_some_and(|r| after.cache_address(r.size, StreamId(r.stream)) != Some(DeviceAddr(r.addr))))
 }
 
 /// A segment event: a new or released segment, or pages mapped or unmapped.
-pub(crate) fn is_segment_event(e: &TraceEntry) -> bool {
-    matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentMap | TraceAction::SegmentFree | TraceAction::SegmentUnmap)
+pub(crate) fn is_segment_event(action: TraceAction) -> bool {
+    matches!(action, TraceAction::SegmentAlloc | TraceAction::SegmentMap | TraceAction::SegmentFree | TraceAction::SegmentUnmap)
 }
 
 /// A release as it is compared with a plan: (action, address, bytes).
 pub(crate) type Release = (TraceAction, u64, u64);
 
-fn is_release(e: &TraceEntry) -> bool {
-    matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap)
+fn is_release(action: TraceAction) -> bool {
+    matches!(action, TraceAction::SegmentFree | TraceAction::SegmentUnmap)
 }
 
 /// The releases `entries` start with.
-pub(crate) fn releases<'a>(entries: impl Iterator<Item = &'a TraceEntry>) -> Vec<Release> {
-    entries.take_while(|e| is_release(e)).map(|e| (e.action, e.addr, e.size)).collect()
+pub(crate) fn releases(entries: impl Iterator<Item = Entry>) -> Vec<Release> {
+    entries.take_while(|e| is_release(e.action)).map(|e| (e.action, e.addr, e.size)).collect()
 }
 
-/// The request that the segment events `entries` start with lead to: the
+/// The request that the segment events from entry `from` on lead to: the
 /// first other entry, if it is an `alloc` or an `oom`.
-pub(crate) fn request_after(entries: &[TraceEntry]) -> Option<&TraceEntry> {
-    entries
-        .iter()
-        .find(|e| !is_segment_event(e))
+pub(crate) fn request_after(events: &Entries, from: usize) -> Option<Entry> {
+    events
+        .iter_range(from..events.len())
+        .find(|e| !is_segment_event(e.action))
         .filter(|r| matches!(r.action, TraceAction::Alloc | TraceAction::Oom))
 }
 
@@ -149,7 +151,7 @@ pub(crate) fn request_after(entries: &[TraceEntry]) -> Option<&TraceEntry> {
 /// reserved bytes before it plus the next request's segment stay within a
 /// level the trace reaches anyway: the device could not have refused.
 pub fn classify_with_capacity(
-    events: &[TraceEntry],
+    events: &Entries,
     start_reserved: u64,
     config: &vramkit_core::AllocatorConfig,
     known_capacity: Option<u64>,
@@ -188,12 +190,12 @@ pub fn classify_with_capacity(
         // What the refused request asked of the device: at least what it
         // acquired after the run (with expandable segments, pages mapped in
         // whole units), and at least the segment its size needs.
-        let after_run = events[*start..].iter().skip_while(|e| matches!(e.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap));
+        let after_run = events.iter_range(*start..events.len()).skip_while(|e| is_release(e.action));
         let acquired: u64 = after_run
             .take_while(|e| matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentMap))
             .map(|e| e.size)
             .sum();
-        let request = events[*start..].iter().find(|e| matches!(e.action, TraceAction::Alloc | TraceAction::Oom));
+        let request = events.iter_range(*start..events.len()).find(|e| matches!(e.action, TraceAction::Alloc | TraceAction::Oom));
         let needs = request.map_or(0, |e| {
             let rounded = if e.action == TraceAction::Oom { e.size } else { round_size(e.size, &config.roundup_power2_divisions) };
             if config.expandable_segments && rounded > vramkit_core::rounding::SMALL_SIZE {

@@ -156,7 +156,7 @@ mod tests {
         let snap = record(&Workload::new(20_000));
         let trace = &DeviceTrace::split(&snap)[0];
         assert_eq!(trace.events.len(), 20_000);
-        assert!(trace.events.iter().all(|e| e.frames.is_some() || e.action != vramkit_core::TraceAction::Alloc));
+        assert!(trace.events.iter().enumerate().all(|(i, e)| trace.events.frames(i).is_some() || e.action != vramkit_core::TraceAction::Alloc));
         let config = AllocatorConfig::pytorch_default();
         let m = model_replay(trace, &ModelOptions::for_conf(config.clone(), config, None)).unwrap();
         assert!(m.peak_reserved_bytes > 0);

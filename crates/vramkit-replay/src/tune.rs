@@ -7,9 +7,10 @@
 //! and, when a capacity is known, `garbage_collection_threshold` with a
 //! `per_process_memory_fraction` (PyTorch only collects under a fraction
 //! limit), simplest first. [`tune`] replays every (trace, candidate) pair in
-//! parallel with rayon. Each replay is [`model_replay`] with
-//! [`ModelOptions::for_conf`], exactly what `vramkit replay --conf` runs, so
-//! a candidate's figures are the ones `replay` prints for its string.
+//! parallel with rayon, each from the trace prepared once
+//! ([`PreparedTrace::model_replay`], no timeline): exactly what `vramkit
+//! replay --conf` runs, so a candidate's figures are the ones `replay`
+//! prints for its string.
 //!
 //! Ranking: no out-of-memory at the capacity first, then the lowest peak
 //! reserved, then the fewest device calls (`cudaMalloc` plus `cudaFree`, or
@@ -18,13 +19,11 @@
 //! Several traces (one per rank) are tuned against the same candidates, and
 //! the candidate whose worst trace is best is named for the whole job.
 
-use crate::drive::Reading;
-use crate::model::{model_replay, ModelOptions};
+use crate::prepared::PreparedTrace;
 use crate::trace::DeviceTrace;
 use crate::ReplayError;
 use rayon::prelude::*;
 use std::fmt;
-use std::sync::Arc;
 use vramkit_core::rounding::{get_allocation_size, round_size};
 use vramkit_core::{format_size, AllocatorConfig, TraceAction};
 
@@ -56,12 +55,20 @@ pub struct Candidate {
 pub struct TuneInput<'a> {
     /// How reports name it (a file name, a rank).
     pub label: String,
-    /// The trace.
-    pub trace: &'a DeviceTrace,
-    /// The settings it was recorded with.
-    pub recorded: AllocatorConfig,
+    /// The trace, prepared under the settings it was recorded with.
+    pub prepared: &'a PreparedTrace<'a>,
     /// Device bytes the allocator may use (`None`: unlimited).
     pub capacity_bytes: Option<u64>,
+}
+
+impl TuneInput<'_> {
+    fn trace(&self) -> &DeviceTrace {
+        self.prepared.trace()
+    }
+
+    fn recorded(&self) -> &AllocatorConfig {
+        self.prepared.recorded()
+    }
 }
 
 /// How to tune.
@@ -205,11 +212,11 @@ pub fn candidates(inputs: &[TuneInput<'_>], options: &TuneOptions) -> Vec<Candid
         }
     };
     for input in inputs {
-        push(&mut out, Candidate { conf: input.recorded.to_conf_string(), config: input.recorded.clone() });
+        push(&mut out, Candidate { conf: input.recorded().to_conf_string(), config: input.recorded().clone() });
     }
     let recorded_count = out.len();
 
-    let largest = inputs.iter().map(|i| largest_segment(i.trace)).max().unwrap_or(0);
+    let largest = inputs.iter().map(|i| largest_segment(i.trace())).max().unwrap_or(0);
     let max_split = max_split_values(largest);
     let expandable = ["", "expandable_segments:True"];
     let gc: Vec<String> = if inputs.iter().any(|i| i.capacity_bytes.is_some()) {
@@ -310,29 +317,24 @@ pub fn tune_candidates(
 ) -> Result<TuneReport, ReplayError> {
     let mut cands: Vec<Candidate> = Vec::new();
     for input in inputs {
-        if !cands.iter().chain(given).any(|c| c.config == input.recorded) {
-            cands.push(Candidate { conf: input.recorded.to_conf_string(), config: input.recorded.clone() });
+        if !cands.iter().chain(given).any(|c| c.config == *input.recorded()) {
+            cands.push(Candidate { conf: input.recorded().to_conf_string(), config: input.recorded().clone() });
         }
     }
     cands.extend(given.iter().cloned());
 
-    // Each trace is read once, under its recorded settings; every candidate follows that reading.
-    let readings: Vec<Result<Arc<Reading>, ReplayError>> = inputs
-        .par_iter()
-        .map(|input| crate::verify::reading(input.trace, &input.recorded, None).map(Arc::new))
-        .collect();
+    // Each trace is read once, under its recorded settings (in parallel,
+    // before the candidates, which all follow that reading); a trace whose
+    // reading fails fails every candidate with that error.
+    inputs.par_iter().for_each(|input| {
+        let _ = input.prepared.reading();
+    });
     let pairs: Vec<(usize, usize)> = (0..inputs.len()).flat_map(|i| (0..cands.len()).map(move |c| (i, c))).collect();
     let replayed: Vec<Result<crate::Metrics, ReplayError>> = pairs
         .par_iter()
         .map(|&(i, c)| {
-            let input = &inputs[i];
-            let result = readings[i].clone().and_then(|reading| {
-                let options = ModelOptions {
-                    reading: Some(reading),
-                    ..ModelOptions::for_conf(cands[c].config.clone(), input.recorded.clone(), input.capacity_bytes)
-                };
-                model_replay(input.trace, &options)
-            });
+            // The options `vramkit replay --conf` runs with: no timeline.
+            let result = inputs[i].prepared.model_replay(&cands[c].config, inputs[i].capacity_bytes, 0);
             progress();
             result
         })
@@ -342,7 +344,7 @@ pub fn tune_candidates(
     let mut grid: Vec<Vec<Outcome>> = Vec::with_capacity(inputs.len());
     for (i, input) in inputs.iter().enumerate() {
         let row = &replayed[i * cands.len()..(i + 1) * cands.len()];
-        let recorded_at = cands.iter().position(|c| c.config == input.recorded).expect("added above");
+        let recorded_at = cands.iter().position(|c| c.config == *input.recorded()).expect("added above");
         if let Err(e) = &row[recorded_at] {
             return Err(e.clone());
         }
@@ -361,8 +363,8 @@ pub fn tune_candidates(
             if recorded.peak_reserved_bytes == 0 { 0.0 } else { 100.0 * saving_bytes as f64 / recorded.peak_reserved_bytes as f64 };
         results.push(TuneResult {
             label: input.label.clone(),
-            device: input.trace.device,
-            events: input.trace.events.len() as u64,
+            device: input.trace().device,
+            events: input.trace().events.len() as u64,
             capacity_bytes: input.capacity_bytes,
             recommended: best.conf.clone(),
             recorded,
@@ -395,7 +397,7 @@ fn worst_case(inputs: &[TuneInput<'_>], cands: &[Candidate], grid: &[Vec<Outcome
         .iter()
         .enumerate()
         .map(|(i, input)| {
-            let c = cands.iter().position(|c| c.config == input.recorded).expect("recorded is a candidate");
+            let c = cands.iter().position(|c| c.config == *input.recorded()).expect("recorded is a candidate");
             grid[i][c].peak_reserved_bytes
         })
         .max()
@@ -553,10 +555,11 @@ mod tests {
         let trace = DeviceTrace {
             device: 0,
             end_segments: Vec::new(),
-            events: vec![vramkit_core::TraceEntry::new(TraceAction::Alloc, 0, 300 * MIB, 0)],
+            events: [vramkit_core::TraceEntry::new(TraceAction::Alloc, 0, 300 * MIB, 0)].into_iter().collect(),
         };
         let recorded = AllocatorConfig::parse("max_split_size_mb:200").unwrap();
-        let input = TuneInput { label: "t".into(), trace: &trace, recorded: recorded.clone(), capacity_bytes: Some(1 << 34) };
+        let prepared = PreparedTrace::new(&trace, recorded.clone(), None).unwrap();
+        let input = TuneInput { label: "t".into(), prepared: &prepared, capacity_bytes: Some(1 << 34) };
         let all = candidates(std::slice::from_ref(&input), &TuneOptions::default());
         assert_eq!(all[0].config, recorded);
         assert_eq!(all[0].conf, "max_split_size_mb:200");

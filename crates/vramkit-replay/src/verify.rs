@@ -6,16 +6,15 @@
 //! address of every `alloc`, the sequence of segment events, and the end
 //! state (every block's address, size and state).
 
-use crate::drive::{Driver, Reading, Step};
-use crate::pools::Overrides;
-use crate::releases::classify_with_capacity;
+use crate::drive::{Driver, Step};
+use crate::pools::{Overrides, PoolRouting};
+use crate::prepared::PreparedTrace;
+use crate::reading::Reading;
 use crate::trace::DeviceTrace;
-use crate::window::{rebuild_start, StartState};
 use crate::ReplayError;
-use vramkit_core::{
-    AllocatorConfig, BlockState, CachingAllocator, HistoryConfig, SegmentInfo, TraceAction, TraceEntry,
-};
+use vramkit_core::{AllocatorConfig, BlockState, HistoryConfig, SegmentInfo, TraceAction};
 use vramkit_sim::SimDevice;
+use vramkit_trace::{Entries, Entry};
 
 /// Where the model first did something PyTorch did not.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -71,14 +70,14 @@ impl VerifyReport {
     }
 }
 
-fn describe(e: &TraceEntry) -> String {
+fn describe(e: Entry) -> String {
     format!("{} addr={:#x} size={} stream={}", e.action.as_str(), e.addr, e.size, e.stream)
 }
 
-fn context(events: &[TraceEntry], at: usize) -> Vec<String> {
+fn context(events: &Entries, at: usize) -> Vec<String> {
     let from = at.saturating_sub(5);
     let to = (at + 3).min(events.len());
-    (from..to).map(|i| format!("{}{i}: {}", if i == at { "> " } else { "  " }, describe(&events[i]))).collect()
+    (from..to).map(|i| format!("{}{i}: {}", if i == at { "> " } else { "  " }, describe(events.get(i)))).collect()
 }
 
 /// Verifies one device's trace under `config` (the recorded settings),
@@ -92,9 +91,7 @@ pub fn verify(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<VerifyRep
 /// `cudaMalloc` or an `oom`; `None` (unlimited) otherwise. This is what
 /// [`verify`] reports as `inferred_capacity_bytes`, without replaying.
 pub fn inferred_capacity(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<Option<u64>, ReplayError> {
-    let start = rebuild_start(trace, config)?;
-    let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
-    Ok(classify_with_capacity(&trace.events, start_reserved, config, None).1)
+    Ok(PreparedTrace::new(trace, config.clone(), None)?.inferred_capacity())
 }
 
 /// Verifies with a known device capacity (bytes the allocator could use,
@@ -105,20 +102,19 @@ pub fn verify_with_capacity(
     config: &AllocatorConfig,
     capacity_bytes: Option<u64>,
 ) -> Result<VerifyReport, ReplayError> {
-    let (report, _) = recorded_pass(trace, config, capacity_bytes, Compare::All)?;
-    Ok(report)
+    PreparedTrace::new(trace, config.clone(), capacity_bytes)?.verify()
 }
 
 /// How the trace reads under its recorded settings `recorded` (and the
 /// recorded device capacity, if known): what replays under other settings
 /// follow. See [`Reading`].
 pub fn reading(trace: &DeviceTrace, recorded: &AllocatorConfig, capacity_bytes: Option<u64>) -> Result<Reading, ReplayError> {
-    recorded_pass(trace, recorded, capacity_bytes, Compare::Placements).map(|(_, reading)| reading)
+    PreparedTrace::new(trace, recorded.clone(), capacity_bytes)?.reading().cloned()
 }
 
 /// What [`recorded_pass`] compares with the trace.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Compare {
+pub(crate) enum Compare {
     /// Placements, segment events and the end state (`verify`).
     All,
     /// Placements and the end state: no history is kept, so no segment
@@ -130,28 +126,23 @@ enum Compare {
 /// time routing one more segment to a pool the snapshot does not name.
 const POOL_PASSES: usize = 32;
 
-/// The replay under the recorded settings: the verify report, and the
-/// reading it judged. Where the model served a request from a segment whose
-/// pool the snapshot does not name, and PyTorch did not, that segment was a
-/// private pool's (see `pools`): it is routed to one and the trace replayed
-/// again.
-fn recorded_pass(
-    trace: &DeviceTrace,
-    config: &AllocatorConfig,
-    capacity_bytes: Option<u64>,
-    compare: Compare,
-) -> Result<(VerifyReport, Reading), ReplayError> {
+/// The replay under the recorded settings: the verify report, the
+/// reading it judged and the routing that reading implies. Where the model
+/// served a request from a segment whose pool the snapshot does not name,
+/// and PyTorch did not, that segment was a private pool's (see `pools`): it
+/// is routed to one and the trace replayed again.
+pub(crate) fn recorded_pass(prepared: &PreparedTrace<'_>, compare: Compare) -> Result<(VerifyReport, Reading, PoolRouting), ReplayError> {
     let mut overrides = Overrides::new();
     for _ in 0..POOL_PASSES {
-        let (report, reading, misplaced) = one_pass(trace, config, capacity_bytes, compare, &overrides)?;
+        let (report, judged, misplaced) = one_pass(prepared, compare, &overrides)?;
         match misplaced {
             Some((segment, stream)) if !overrides.contains_key(&segment) => {
-                overrides.insert(segment, crate::pools::PoolRouting::unnamed_pool(stream));
+                overrides.insert(segment, PoolRouting::unnamed_pool(stream));
             }
-            _ => return Ok((report, reading)),
+            _ => return Ok((report, judged.0, judged.1)),
         }
     }
-    one_pass(trace, config, capacity_bytes, compare, &overrides).map(|(report, reading, _)| (report, reading))
+    one_pass(prepared, compare, &overrides).map(|(report, (reading, routing), _)| (report, reading, routing))
 }
 
 /// One replay under the recorded settings, with `overrides`; also the
@@ -159,15 +150,12 @@ fn recorded_pass(
 /// first misplaced request from, with that request's stream.
 #[allow(clippy::type_complexity)]
 fn one_pass(
-    trace: &DeviceTrace,
-    config: &AllocatorConfig,
-    capacity_bytes: Option<u64>,
+    prepared: &PreparedTrace<'_>,
     compare: Compare,
     overrides: &Overrides,
-) -> Result<(VerifyReport, Reading, Option<(usize, u64)>), ReplayError> {
-    let start = rebuild_start(trace, config)?;
-    let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
-    let (runs, inferred) = classify_with_capacity(&trace.events, start_reserved, config, capacity_bytes);
+) -> Result<(VerifyReport, (Reading, PoolRouting), Option<(usize, u64)>), ReplayError> {
+    let (trace, config, start) = (prepared.trace(), prepared.recorded(), prepared.start());
+    let (capacity_bytes, inferred) = (prepared.recorded_capacity(), prepared.inferred_capacity());
     let capacity = capacity_bytes.or(inferred);
     // An inferred capacity says where refusals begin, not how much memory
     // the device has (which sizes expandable reservations; their unmapped
@@ -177,14 +165,14 @@ fn one_pass(
         .with_event_mode(vramkit_sim::EventMode::Manual)
         .with_total_bytes(capacity_bytes.unwrap_or(u64::MAX))
         .with_recorded_addresses();
-    let mut model = start_model(&start, config, device)?;
+    let mut model = prepared.start_model(config, device)?;
     if compare == Compare::All {
         model.record_history(Some(HistoryConfig { record_trace: true, max_entries: usize::MAX, context: vramkit_core::ContextLevel::Never }));
     }
 
     let events = &trace.events;
-    let mut driver = Driver::new(events, runs).with_pool_overrides(overrides.clone());
-    driver.begin(&mut model, trace, &start.segments);
+    let mut driver = Driver::judging(prepared, overrides.clone());
+    driver.begin(&mut model);
     let mut first_divergence = None;
     let mut misplaced = None;
     let (mut alloc_events, mut placed_same) = (0u64, 0u64);
@@ -220,10 +208,13 @@ fn one_pass(
         }
     }
     driver.finish(&mut model, &start.cut_frees);
-    let reading = driver.into_reading();
+    let judged = driver.into_judgement();
 
     let (recorded, predicted): (Vec<SegmentEvent>, Vec<SegmentEvent>) = match compare {
-        Compare::All => (segment_events(events.iter()), segment_events(model.snapshot().device_traces.iter().flatten())),
+        Compare::All => (
+            segment_events(events.iter()),
+            segment_events(model.snapshot().device_traces.iter().flatten().map(|e| Entry { action: e.action, addr: e.addr, size: e.size, stream: e.stream })),
+        ),
         Compare::Placements => (Vec::new(), Vec::new()),
     };
     let segment_events_identical = recorded == predicted;
@@ -267,28 +258,13 @@ fn one_pass(
         first_divergence,
         segment_divergence,
     };
-    Ok((report, reading, misplaced))
-}
-
-/// An allocator in the start state, on `device` holding the start segments.
-pub(crate) fn start_model(
-    start: &StartState,
-    config: &AllocatorConfig,
-    device: SimDevice,
-) -> Result<CachingAllocator<SimDevice>, ReplayError> {
-    // Restored first: it refuses segments that overlap, which the device
-    // would not take over.
-    let mut model = CachingAllocator::restore(device, config.clone(), &start.segments)?;
-    for s in &start.segments {
-        model.device_mut().adopt(s.address, s.total_size);
-    }
-    Ok(model)
+    Ok((report, judged, misplaced))
 }
 
 /// A segment event as compared: (action, address, bytes).
 type SegmentEvent = (TraceAction, u64, u64);
 
-fn segment_events<'a>(entries: impl Iterator<Item = &'a TraceEntry>) -> Vec<SegmentEvent> {
+fn segment_events(entries: impl Iterator<Item = Entry>) -> Vec<SegmentEvent> {
     entries
         .filter(|e| matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentFree | TraceAction::SegmentMap | TraceAction::SegmentUnmap))
         .map(|e| (e.action, e.addr, e.size))

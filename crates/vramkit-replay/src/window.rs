@@ -162,15 +162,14 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
             TraceAction::FreeCompleted => BlockState::ActivePendingFree,
             _ => continue,
         };
-        let e = &trace.events[i];
         live.insert(
             addr,
             LiveBlock {
                 addr,
                 size: None,
-                requested: e.size,
+                requested: trace.events.sizes()[i],
                 state,
-                frames: e.frames.clone(),
+                frames: trace.events.frames(i).cloned(),
                 freed_at: first_completed.get(&addr).copied(),
             },
         );
@@ -205,8 +204,10 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
                 size = gap;
             } else {
                 let until = block.freed_at.unwrap_or(trace.events.len());
-                let landing = trace.events[..until]
+                let landing = trace
+                    .events
                     .iter()
+                    .take(until)
                     .filter(|e| e.action == TraceAction::Alloc && e.addr >= a + r && e.addr <= a + r + LARGE_SPLIT_REMAINDER)
                     .map(|e| e.addr)
                     .min();

@@ -81,7 +81,13 @@ impl Entries {
 
     /// Every entry's four fields, oldest first.
     pub fn iter(&self) -> Iter<'_> {
-        Iter { entries: self, front: 0, back: self.len() }
+        self.iter_range(0..self.len())
+    }
+
+    /// The four fields of entries `range` (cut at the end), oldest first.
+    pub fn iter_range(&self, range: std::ops::Range<usize>) -> Iter<'_> {
+        let back = range.end.min(self.len());
+        Iter { entries: self, front: range.start.min(back), back }
     }
 
     /// The actions column.

@@ -18,10 +18,9 @@ pub mod svg;
 pub use escape::escape;
 
 use crate::doctor::{site_name, Diagnosis, Site};
-use crate::model::{model_replay_at_peak, ModelOptions, PeakState};
-use crate::trace::DeviceTrace;
+use crate::model::PeakState;
+use crate::prepared::PreparedTrace;
 use crate::tune::TuneResult;
-use crate::window::rebuild_start;
 use crate::{Metrics, ReplayError};
 use std::collections::HashMap;
 use vramkit_core::rounding::round_size;
@@ -37,10 +36,8 @@ const TOP_SITES: usize = 15;
 pub struct ReportInput<'a> {
     /// The snapshot's name.
     pub label: String,
-    /// The device trace (with or without events).
-    pub trace: &'a DeviceTrace,
-    /// The recorded settings.
-    pub recorded: AllocatorConfig,
+    /// The device trace (with or without events), prepared under its recorded settings.
+    pub prepared: &'a PreparedTrace<'a>,
     /// The capacity replays ran against.
     pub capacity_bytes: Option<u64>,
     /// The tune result, when the trace has events.
@@ -91,21 +88,19 @@ pub struct Report {
 
 /// Runs the replays the page draws and collects the rest.
 pub fn build(input: &ReportInput<'_>) -> Result<Report, ReplayError> {
-    let trace = input.trace;
-    let reading = std::sync::Arc::new(crate::verify::reading(trace, &input.recorded, None)?);
+    let (prepared, trace) = (input.prepared, input.prepared.trace());
     let replay = |conf: &str, config: AllocatorConfig| -> Result<Run, ReplayError> {
-        let mut options = ModelOptions::for_conf(config, input.recorded.clone(), input.capacity_bytes);
-        options.timeline_points = TIMELINE_POINTS;
-        options.reading = Some(reading.clone());
-        let (metrics, peak) = model_replay_at_peak(trace, &options)?;
+        let (metrics, peak) = prepared.model_replay_at_peak(&config, input.capacity_bytes, TIMELINE_POINTS)?;
         Ok(Run { conf: conf.to_string(), metrics, peak })
     };
     let (mut recorded, mut recommended, mut sites, mut sites_at_peak) = (None, None, input.diagnosis.top_sites_by_bytes.clone(), false);
     if trace.has_allocations() {
-        let recorded_conf = input.recorded.to_conf_string();
+        // Judged once here, not in both replays at the same time.
+        prepared.reading()?;
+        let recorded_conf = prepared.recorded().to_conf_string();
         let other = input.tune.filter(|t| t.recommended != t.recorded.conf).map(|t| t.recommended.clone());
         let (a, b) = rayon::join(
-            || replay(&recorded_conf, input.recorded.clone()),
+            || replay(&recorded_conf, prepared.recorded().clone()),
             || {
                 other.as_ref().map(|conf| {
                     let config = AllocatorConfig::parse(conf).map_err(|e| ReplayError::Model(e.to_string()))?;
@@ -114,7 +109,7 @@ pub fn build(input: &ReportInput<'_>) -> Result<Report, ReplayError> {
             },
         );
         let a = a?;
-        sites = live_sites_at(trace, &input.recorded, a.peak.event, TOP_SITES)?;
+        sites = live_sites_at(prepared, a.peak.event, TOP_SITES);
         sites_at_peak = true;
         recorded = Some(a);
         recommended = b.transpose()?;
@@ -145,17 +140,18 @@ impl Report {
 /// The allocation sites of the blocks live after the first `event` trace
 /// entries: blocks of the rebuilt start state, plus allocations not yet
 /// completely freed. Bytes are rounded request sizes.
-pub fn live_sites_at(trace: &DeviceTrace, recorded: &AllocatorConfig, event: u64, top: usize) -> Result<Vec<Site>, ReplayError> {
-    let start = rebuild_start(trace, recorded)?;
+pub fn live_sites_at(prepared: &PreparedTrace<'_>, event: u64, top: usize) -> Vec<Site> {
+    let (trace, recorded) = (prepared.trace(), prepared.recorded());
     let mut live: HashMap<u64, (u64, u64, Option<Frames>)> = HashMap::new();
-    for b in start.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()) {
+    for b in prepared.start().segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()) {
         live.insert(b.address, (b.size, b.requested_size, b.frames.clone()));
     }
     let upto = (event as usize).min(trace.events.len());
-    for e in &trace.events[..upto] {
+    for (i, e) in trace.events.iter_range(0..upto).enumerate() {
         match e.action {
             TraceAction::Alloc => {
-                live.insert(e.addr, (round_size(e.size, &recorded.roundup_power2_divisions), e.size, e.frames.clone()));
+                let frames = trace.events.frames(i).cloned();
+                live.insert(e.addr, (round_size(e.size, &recorded.roundup_power2_divisions), e.size, frames));
             }
             TraceAction::FreeCompleted => {
                 live.remove(&e.addr);
@@ -179,13 +175,14 @@ pub fn live_sites_at(trace: &DeviceTrace, recorded: &AllocatorConfig, event: u64
     let mut all: Vec<Site> = by.into_values().collect();
     all.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
     all.truncate(top);
-    Ok(all)
+    all
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::synthetic::{record, Workload};
+    use crate::trace::DeviceTrace;
     use crate::tune::{tune, TuneInput, TuneOptions};
 
     #[test]
@@ -193,14 +190,14 @@ mod tests {
         let snap = record(&Workload::new(30_000));
         let trace = &DeviceTrace::split(&snap)[0];
         let recorded = AllocatorConfig::pytorch_default();
-        let input = TuneInput { label: "synthetic".into(), trace, recorded: recorded.clone(), capacity_bytes: None };
+        let prepared = PreparedTrace::new(trace, recorded, None).unwrap();
+        let input = TuneInput { label: "synthetic".into(), prepared: &prepared, capacity_bytes: None };
         let t = tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(12) }, &|| ()).unwrap();
         let t = &t.results[0];
-        let diagnosis = crate::doctor::diagnose(trace, &recorded, Some(t)).unwrap();
+        let diagnosis = crate::doctor::diagnose(&prepared, Some(t)).unwrap();
         let report = build(&ReportInput {
             label: "synthetic".into(),
-            trace,
-            recorded,
+            prepared: &prepared,
             capacity_bytes: None,
             tune: Some(t),
             diagnosis: &diagnosis,
@@ -231,7 +228,8 @@ mod tests {
         let snap = record(&Workload::new(5_000));
         let trace = &DeviceTrace::split(&snap)[0];
         let config = AllocatorConfig::pytorch_default();
-        let at_end = live_sites_at(trace, &config, trace.events.len() as u64, usize::MAX).unwrap();
+        let prepared = PreparedTrace::new(trace, config, None).unwrap();
+        let at_end = live_sites_at(&prepared, trace.events.len() as u64, usize::MAX);
         let live_end: u64 = trace.end_segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()).count() as u64;
         assert_eq!(at_end.iter().map(|s| s.block_count).sum::<u64>(), live_end);
     }

@@ -1,0 +1,222 @@
+//! [`PreparedTrace`]: a device trace with everything that does not depend
+//! on the settings replayed worked out once.
+//!
+//! Every question vramkit answers about a trace starts from the same
+//! facts: the state at the window's first entry (rebuilt backwards from the
+//! end state), the release runs and the device capacity they imply, and
+//! the reading judged by a replay under the recorded settings (which runs
+//! were `empty_cache()` calls, which frees were held, which segments were
+//! private pools'). None of them depends on the settings a what-if replay
+//! runs under, so they are worked out here, once per trace: the start state
+//! and the runs when the value is made, the reading the first time a
+//! replay needs it (or when `verify` makes it). Then `tune` replays every
+//! candidate, `doctor` explains, `report` draws and `verify` checks from
+//! this one value.
+
+use crate::doctor::OomExplanation;
+use crate::drive::Driver;
+use crate::metrics::Metrics;
+use crate::model::PeakState;
+use crate::pools::PoolRouting;
+use crate::reading::Reading;
+use crate::releases::{classify_with_capacity, ReleaseRun};
+use crate::trace::DeviceTrace;
+use crate::verify::{recorded_pass, Compare, VerifyReport};
+use crate::window::{rebuild_start, StartState};
+use crate::ReplayError;
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
+use vramkit_core::{AllocatorConfig, CachingAllocator, TraceAction};
+use vramkit_sim::SimDevice;
+
+/// A device trace, prepared for any number of replays under any settings.
+#[derive(Debug)]
+pub struct PreparedTrace<'t> {
+    /// Borrowed, or owned by a prepared trace that outlives its source.
+    trace: Cow<'t, DeviceTrace>,
+    /// The settings the trace was recorded with.
+    recorded: AllocatorConfig,
+    /// The capacity of the device it was recorded on, where known.
+    recorded_capacity_bytes: Option<u64>,
+    /// The state at the window's first entry.
+    start: StartState,
+    /// The runs of releases, classified with the capacity rule.
+    runs: Vec<(usize, ReleaseRun)>,
+    /// The capacity the trace implies (see [`PreparedTrace::inferred_capacity`]).
+    inferred_capacity_bytes: Option<u64>,
+    /// The highest end of any range the trace, its end state or its start
+    /// state mention: model replays hand out new segments above it.
+    top_address: u64,
+    /// The reading and the routing it implies, judged once.
+    judged: OnceLock<Result<Judged, ReplayError>>,
+}
+
+/// What the replay under the recorded settings found, which every other
+/// replay follows.
+#[derive(Debug)]
+pub(crate) struct Judged {
+    pub(crate) reading: Arc<Reading>,
+    /// Where each allocation went (see `pools`), under that reading.
+    pub(crate) routing: PoolRouting,
+}
+
+impl<'t> PreparedTrace<'t> {
+    /// Prepares `trace`, recorded under `recorded` on a device of
+    /// `recorded_capacity_bytes` (`None`: unknown; refusals in the trace
+    /// then imply one): rebuilds the window's start state and classifies
+    /// the release runs. Fails when the start state cannot be rebuilt.
+    /// The trace is borrowed (`&DeviceTrace`) or kept (`DeviceTrace`).
+    pub fn new(
+        trace: impl Into<Cow<'t, DeviceTrace>>,
+        recorded: AllocatorConfig,
+        recorded_capacity_bytes: Option<u64>,
+    ) -> Result<PreparedTrace<'t>, ReplayError> {
+        let trace = trace.into();
+        let start = rebuild_start(&trace, &recorded)?;
+        let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
+        let (runs, inferred_capacity_bytes) = classify_with_capacity(&trace.events, start_reserved, &recorded, recorded_capacity_bytes);
+        let events = &trace.events;
+        let top_address = trace
+            .end_segments
+            .iter()
+            .chain(&start.segments)
+            .map(|s| s.address + s.total_size)
+            .chain(events.iter().filter(|e| e.action != TraceAction::Oom).map(|e| e.addr + e.size))
+            .max()
+            .unwrap_or(0);
+        Ok(PreparedTrace {
+            trace,
+            recorded,
+            recorded_capacity_bytes,
+            start,
+            runs,
+            inferred_capacity_bytes,
+            top_address,
+            judged: OnceLock::new(),
+        })
+    }
+
+    /// The trace.
+    pub fn trace(&self) -> &DeviceTrace {
+        &self.trace
+    }
+
+    /// The settings it was recorded with.
+    pub fn recorded(&self) -> &AllocatorConfig {
+        &self.recorded
+    }
+
+    /// The capacity of the device it was recorded on, as given.
+    pub fn recorded_capacity(&self) -> Option<u64> {
+        self.recorded_capacity_bytes
+    }
+
+    /// The state at the window's first entry.
+    pub fn start(&self) -> &StartState {
+        &self.start
+    }
+
+    /// The device capacity the trace implies under the recorded settings:
+    /// the highest reserved level it reaches, when it shows a refused
+    /// `cudaMalloc` or an `oom`; `None` (unlimited) otherwise.
+    pub fn inferred_capacity(&self) -> Option<u64> {
+        self.inferred_capacity_bytes
+    }
+
+    /// The release runs, classified with the capacity rule (`releases`).
+    pub(crate) fn runs(&self) -> &[(usize, ReleaseRun)] {
+        &self.runs
+    }
+
+    /// The highest end of any range the trace and its states mention.
+    pub(crate) fn top_address(&self) -> u64 {
+        self.top_address
+    }
+
+    /// How the trace reads: judged the first time it is asked for, by a
+    /// replay under the recorded settings.
+    pub fn reading(&self) -> Result<&Reading, ReplayError> {
+        self.judged().map(|j| &*j.reading)
+    }
+
+    /// The reading and routing every replay follows, judged once.
+    pub(crate) fn judged(&self) -> Result<&Judged, ReplayError> {
+        self.judged
+            .get_or_init(|| {
+                let (_, reading, routing) = recorded_pass(self, Compare::Placements)?;
+                Ok(Judged { reading: Arc::new(reading), routing })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Follows `reading` (judged earlier for this trace under the same
+    /// recorded settings) instead of judging one. An error when it is of
+    /// another trace; ignored when a reading was judged already.
+    pub fn follow(&self, reading: Arc<Reading>) -> Result<(), ReplayError> {
+        if reading.entries != self.trace.events.len() || reading.by_sync.len() != self.trace.events.len() {
+            return Err(ReplayError::Model(format!(
+                "the reading given in ModelOptions is of another trace ({} entries, this one has {}); make it with verify::reading for this trace",
+                reading.entries,
+                self.trace.events.len()
+            )));
+        }
+        let routing = crate::pools::route(&self.trace, &self.start.segments, &reading.pools);
+        let _ = self.judged.set(Ok(Judged { reading, routing }));
+        Ok(())
+    }
+
+    /// `verify`: replays the trace under the recorded settings, the device
+    /// handing back the recorded addresses, and compares every placement,
+    /// the segment events and the end state with what PyTorch did. The
+    /// reading this replay judges is kept.
+    pub fn verify(&self) -> Result<VerifyReport, ReplayError> {
+        let (report, reading, routing) = recorded_pass(self, Compare::All)?;
+        let _ = self.judged.set(Ok(Judged { reading: Arc::new(reading), routing }));
+        Ok(report)
+    }
+
+    /// A model replay under `config` on a device of `capacity_bytes`
+    /// (`None`: unlimited), keeping about `timeline_points` samples.
+    pub fn model_replay(&self, config: &AllocatorConfig, capacity_bytes: Option<u64>, timeline_points: usize) -> Result<Metrics, ReplayError> {
+        crate::model::run(self, config, capacity_bytes, timeline_points, false).map(|(m, _)| m)
+    }
+
+    /// Like [`model_replay`](Self::model_replay), and also the state when
+    /// reserved bytes first reached their peak.
+    pub fn model_replay_at_peak(
+        &self,
+        config: &AllocatorConfig,
+        capacity_bytes: Option<u64>,
+        timeline_points: usize,
+    ) -> Result<(Metrics, PeakState), ReplayError> {
+        crate::model::run(self, config, capacity_bytes, timeline_points, true).map(|(m, s)| (m, s.unwrap_or_default()))
+    }
+
+    /// The trace's own placement, replayed (see `oracle`).
+    pub fn oracle_replay(&self, timeline_points: usize) -> Metrics {
+        crate::oracle::run(self, timeline_points)
+    }
+
+    /// The first `oom` entry explained (see `doctor`); `None` without one.
+    pub fn explain_oom(&self) -> Result<Option<OomExplanation>, ReplayError> {
+        crate::doctor::explain_oom(self)
+    }
+
+    /// An allocator in the start state under `config`, on `device`
+    /// holding the start segments.
+    pub(crate) fn start_model(&self, config: &AllocatorConfig, device: SimDevice) -> Result<CachingAllocator<SimDevice>, ReplayError> {
+        // Restored first: it refuses segments that overlap, which the device
+        // would not take over.
+        let mut model = CachingAllocator::restore(device, config.clone(), &self.start.segments)?;
+        for s in &self.start.segments {
+            model.device_mut().adopt(s.address, s.total_size);
+        }
+        Ok(model)
+    }
+
+    /// A driver that follows the reading (judging it first if need be).
+    pub(crate) fn following_driver(&self) -> Result<Driver<'_>, ReplayError> {
+        Ok(Driver::following(self, self.judged()?))
+    }
+}
