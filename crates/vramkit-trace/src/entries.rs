@@ -137,6 +137,13 @@ impl Entries {
         self.strings.get((k as usize).checked_sub(1)?).map(|s| &**s)
     }
 
+    /// Entry `i`'s stack, compile context and user metadata ids as stored
+    /// (see [`push_raw`](Self::push_raw)).
+    pub(crate) fn raw_ids(&self, i: usize) -> [u32; 3] {
+        let id = |column: &[u32]| column.get(i).copied().unwrap_or(0);
+        [id(&self.frames), id(&self.compile_contexts), id(&self.user_metadata)]
+    }
+
     /// The distinct stacks the entries have (each once).
     pub fn stacks(&self) -> &[Frames] {
         &self.stacks
@@ -308,6 +315,22 @@ impl EntriesBuilder {
     pub(crate) fn finish(self) -> Entries {
         self.entries
     }
+
+    /// `rows` (filled by the pickle reader, no tables of their own) with
+    /// this builder's tables, each stored id `k` (a node id plus 1) become
+    /// `id_of[k - 1]` (0 staying 0), and this builder's entries put in at
+    /// `positions` (see [`Entries::interleave`]).
+    pub(crate) fn finish_rows(mut self, mut rows: Entries, id_of: &[u32], positions: &[usize]) -> Entries {
+        debug_assert!(rows.stacks.is_empty() && rows.strings.is_empty());
+        for column in [&mut rows.frames, &mut rows.compile_contexts, &mut rows.user_metadata] {
+            for id in column.iter_mut().filter(|id| **id != 0) {
+                *id = id_of[*id as usize - 1];
+            }
+        }
+        rows.stacks = std::mem::take(&mut self.entries.stacks);
+        rows.strings = std::mem::take(&mut self.entries.strings);
+        rows.interleave(&self.entries, positions)
+    }
 }
 
 /// Sets entry `i`'s time (entries `0..i` are in `times` already, or it is
@@ -341,6 +364,70 @@ fn push_id(column: &mut Vec<u32>, i: usize, id: u32) {
 }
 
 impl Entries {
+    /// Room for `additional` more entries in the columns entries so far fill.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.actions.reserve(additional);
+        for column in [&mut self.addrs, &mut self.sizes, &mut self.streams, &mut self.times] {
+            if !column.is_empty() {
+                column.reserve(additional);
+            }
+        }
+        for column in [&mut self.frames, &mut self.compile_contexts, &mut self.user_metadata] {
+            if !column.is_empty() {
+                column.reserve(additional);
+            }
+        }
+    }
+
+    /// Entries `range`, moved out when that is all of them, else copied
+    /// (this value keeps its own).
+    pub(crate) fn take_range(&mut self, range: std::ops::Range<usize>) -> Entries {
+        if range == (0..self.len()) {
+            return std::mem::take(self);
+        }
+        let mut out = Entries::default();
+        for i in range {
+            out.push_raw(self.get(i), self.time_us(i), self.raw_ids(i));
+        }
+        out
+    }
+
+    /// These entries with `others` put in at `positions` (ascending indices
+    /// of the result, one per entry of `others`), in place: the columns
+    /// grow by `others.len()` and entries move back past each insertion.
+    /// The ids of both must refer to the same tables, this value's.
+    pub(crate) fn interleave(mut self, others: &Entries, positions: &[usize]) -> Entries {
+        debug_assert_eq!(others.len(), positions.len());
+        if others.is_empty() {
+            return self;
+        }
+        let rows = self.len();
+        if !self.times.is_empty() || !others.times.is_empty() {
+            // Where each untimed entry lands.
+            let mine: Vec<u32> = if self.times.is_empty() { (0..rows as u32).collect() } else { std::mem::take(&mut self.untimed) };
+            let mut j = 0;
+            let moved = mine.into_iter().map(|u| {
+                while j < positions.len() && positions[j] <= u as usize + j {
+                    j += 1;
+                }
+                u + j as u32
+            });
+            let theirs = (0..others.len()).filter(|&k| others.time_us(k).is_none()).map(|k| positions[k] as u32);
+            let mut untimed: Vec<u32> = moved.chain(theirs).collect();
+            untimed.sort_unstable();
+            self.untimed = untimed;
+        }
+        merge(&mut self.actions, &others.actions, positions, rows, TraceAction::Alloc);
+        merge(&mut self.addrs, &others.addrs, positions, rows, 0);
+        merge(&mut self.sizes, &others.sizes, positions, rows, 0);
+        merge(&mut self.streams, &others.streams, positions, rows, 0);
+        merge(&mut self.times, &others.times, positions, rows, 0);
+        merge(&mut self.frames, &others.frames, positions, rows, 0);
+        merge(&mut self.compile_contexts, &others.compile_contexts, positions, rows, 0);
+        merge(&mut self.user_metadata, &others.user_metadata, positions, rows, 0);
+        self
+    }
+
     /// Appends one entry whose optional fields are `time_us` and the three
     /// `ids` (stack, compile context, user metadata; 0: not recorded), which
     /// refer to this value's tables, or, while the pickle reader fills the
@@ -356,4 +443,27 @@ impl Entries {
         push_id(&mut self.compile_contexts, i, ids[1]);
         push_id(&mut self.user_metadata, i, ids[2]);
     }
+}
+
+/// Puts `others[k]` in at `positions[k]` into `column`, which holds the
+/// values of `rows` entries (none at all when the column is empty, as an
+/// optional column is; likewise `others`; `fill` stands for those): moves
+/// each run of entries back past the insertions before it, from the last
+/// run on.
+fn merge<T: Copy>(column: &mut Vec<T>, others: &[T], positions: &[usize], rows: usize, fill: T) {
+    if column.is_empty() && others.is_empty() {
+        return;
+    }
+    column.resize(rows, fill);
+    column.resize(rows + positions.len(), fill);
+    let mut end = column.len();
+    let mut r = rows;
+    for (k, &p) in positions.iter().enumerate().rev() {
+        let count = end - (p + 1);
+        column.copy_within(r - count..r, p + 1);
+        r -= count;
+        column[p] = others.get(k).copied().unwrap_or(fill);
+        end = p;
+    }
+    debug_assert_eq!(end, r);
 }

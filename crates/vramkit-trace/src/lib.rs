@@ -6,30 +6,38 @@
 //!
 //! Reading is three steps, each in its own module. `read.rs` sniffs the
 //! encoding from the first bytes ([`sniff`]). The pickle reader
-//! ([`pickle::read`]) or the JSON reader (`json.rs`) then builds one
-//! *document*: an arena of nodes (`tree.rs`) in which a pickle memo
-//! reference is a copied index, so an object PyTorch shares 100k times is
-//! parsed once and stays one object. Finally `decode/` walks the document
+//! ([`pickle::read`], over `pickle/input.rs`: a slice, or a file streamed
+//! through a window so it is never held whole) or the JSON reader
+//! (`json.rs`) then builds one *document*: an arena of nodes (`tree.rs`) in
+//! which a pickle memo reference is a copied index, so an object PyTorch
+//! shares 100k times is parsed once and stays one object. Trace entries,
+//! millions of dicts of one shape, skip the arena: `pickle/entry.rs` reads
+//! each whose bytes have the usual form straight into a row of columns
+//! (others take the generic path). Finally `decode/` walks the document
 //! once against the snapshot schema (one file per part: segments, traces,
-//! frames, settings, legacy history) and fills the core model
-//! ([`vramkit_core::snapshot`]) plus the parts the core does not model
-//! ([`SnapshotFile`]): typed `allocator_settings`, `external_annotations`,
-//! unknown top-level keys, the 2.0-era block `history` lists, and which
-//! generation and keys the file had. Writing runs the other way: `encode/`
-//! turns a [`SnapshotFile`] into a [`Value`] of PyTorch's shape (shared
-//! stacks stay shared), and [`pickle::write`] or `json.rs` serialises it.
-//! The RMM log reader ([`rmm`]) is separate: CSV lines straight to trace
-//! entries.
+//! rows, frames, settings, legacy history) and fills a [`TraceFile`]: the
+//! core model's segments ([`vramkit_core::snapshot`]), each device trace
+//! by column ([`Entries`], the reader's rows moved in, not copied), and the
+//! parts the core does not model: typed `allocator_settings`,
+//! `external_annotations`, unknown top-level keys, the 2.0-era block
+//! `history` lists, and which generation and keys the file had.
+//! [`read_snapshot`] expands it into a [`SnapshotFile`], whose trace
+//! entries are the core's [`TraceEntry`](vramkit_core::TraceEntry) values.
+//! Writing runs the other way: `encode/` turns a [`SnapshotFile`] into a
+//! [`Value`] of PyTorch's shape (shared stacks stay shared), and
+//! [`pickle::write`] or `json.rs` serialises it. The RMM log reader
+//! ([`rmm`]) is separate: CSV lines straight to trace entries.
 //!
 //! The data types stand on their own: `file.rs` ([`SnapshotFile`] and what
-//! it holds), `settings.rs` ([`AllocatorSettings`] and its mapping to a
-//! core config) and `legacy.rs` ([`LegacyHistory`]) know neither walker;
-//! the walkers depend on them, one way:
+//! it holds), `trace_file.rs` ([`TraceFile`]), `entries.rs` ([`Entries`]),
+//! `settings.rs` ([`AllocatorSettings`] and its mapping to a core config)
+//! and `legacy.rs` ([`LegacyHistory`]) know neither walker; the walkers
+//! depend on them, one way:
 //!
 //! ```text
-//! read.rs  -> decode/ -> file.rs, settings.rs, legacy.rs <- encode/ <- write.rs
-//!               |                                              |
-//!               +-> tree.rs, words.rs         pickle::value <--+
+//! read.rs  -> decode/ -> file.rs, trace_file.rs, entries.rs, settings.rs, legacy.rs <- encode/ <- write.rs
+//!               |                                                                          |
+//!               +-> tree.rs, words.rs                                   pickle::value <--+
 //! ```
 
 mod decode;

@@ -6,7 +6,12 @@ use crate::file::SnapshotFile;
 use crate::trace_file::TraceFile;
 use crate::json;
 use crate::pickle;
+use crate::pickle::input::Input;
+use std::io::Read;
 use std::path::Path;
+
+/// Bytes read to tell a pickle from JSON before the rest is read.
+const SNIFF_BYTES: u64 = 64 << 10;
 
 /// How a snapshot's bytes are encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,11 +45,29 @@ pub fn read_snapshot_bytes(bytes: &[u8]) -> Result<SnapshotFile, TraceError> {
     read_trace_file_bytes(bytes).map(TraceFile::into_snapshot_file)
 }
 
-/// Reads a snapshot file with its traces by column, for analysis.
+/// Reads a snapshot file with its traces by column, for analysis. A
+/// pickle is read as it streams in, never held whole: what stays in memory
+/// is what it decodes to.
 pub fn read_trace_file(path: impl AsRef<Path>) -> Result<TraceFile, TraceError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|source| TraceError::Io { path: path.to_path_buf(), source })?;
-    read_trace_file_bytes(&bytes).map_err(|e| e.with_path(path))
+    let io = |source| TraceError::Io { path: path.to_path_buf(), source };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len() as usize;
+    // Enough of the start to tell the encoding.
+    let mut head = Vec::new();
+    (&mut file).take(SNIFF_BYTES).read_to_end(&mut head).map_err(io)?;
+    let read = if sniff(&head) == Some(Encoding::Pickle) {
+        pickle::read::parse_input(Input::reader(head, file, len))
+            .and_then(|parsed| decode::decode(parsed.tree, parsed.root, parsed.protocol))
+    } else {
+        file.read_to_end(&mut head).map_err(io)?;
+        read_trace_file_bytes(&head)
+    };
+    read.map_err(|e| match e {
+        // A read that failed midway: the reader knew no path.
+        TraceError::Io { source, .. } => io(source),
+        e => e.with_path(path),
+    })
 }
 
 /// Reads a snapshot from bytes (pickle or JSON, sniffed), its traces by column.
@@ -52,12 +75,12 @@ pub fn read_trace_file_bytes(bytes: &[u8]) -> Result<TraceFile, TraceError> {
     match sniff(bytes) {
         Some(Encoding::Pickle) => {
             let parsed = pickle::read::parse(bytes)?;
-            decode::decode(&parsed.tree, parsed.root, parsed.protocol)
+            decode::decode(parsed.tree, parsed.root, parsed.protocol)
         }
         Some(Encoding::Json) => {
             let text = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
             let (tree, root) = json::parse(text)?;
-            decode::decode(&tree, root, None)
+            decode::decode(tree, root, None)
         }
         None => Err(TraceError::UnknownFormat { path: None, found: describe_start(bytes) }),
     }

@@ -9,10 +9,17 @@
 //! buffers rather than in a `Vec` each, which keeps parsing cache-friendly.
 //! Nothing here recurses except [`Tree::freeze`], which is depth-limited (a
 //! pickle can build cycles).
+//!
+//! Trace entries, millions of them, are no nodes: the pickle reader puts
+//! each straight into a row of [`Tree::entry_rows`] (columns), and the item
+//! that stands for the entry's dict names its row.
 
+use crate::entries::Entries;
 use crate::pickle::value::Value;
+use crate::words::Word;
 use std::collections::HashMap;
 use std::sync::Arc;
+use vramkit_core::snapshot::TraceAction;
 
 /// Index of a node in [`Tree::nodes`].
 pub(crate) type NodeId = usize;
@@ -26,11 +33,13 @@ const TAG_NONE: u64 = 0;
 const TAG_BOOL: u64 = 1;
 const TAG_INT: u64 = 2;
 const TAG_NODE: u64 = 3;
+const TAG_ENTRY: u64 = 4;
 const TAG_UNSET: u64 = 7;
 
-/// A scalar, or a reference to a node, packed in 8 bytes: a 3-bit tag and
-/// a payload (ints of up to 61 bits inline; wider ints and floats are
-/// nodes). Equality is identity: nodes compare by index.
+/// A scalar, a reference to a node, or a trace entry's dict (a row of
+/// [`Tree::entry_rows`]), packed in 8 bytes: a 3-bit tag and a payload
+/// (ints of up to 61 bits inline; wider ints and floats are nodes).
+/// Equality is identity: nodes and rows compare by index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Item(u64);
 
@@ -41,6 +50,8 @@ pub(crate) enum Kind {
     Bool(bool),
     Int(i64),
     Node(NodeId),
+    /// A trace entry's dict, read into row `n` of [`Tree::entry_rows`].
+    Entry(usize),
 }
 
 impl Item {
@@ -62,11 +73,16 @@ impl Item {
         Item(((id as u64) << TAG_BITS) | TAG_NODE)
     }
 
+    pub(crate) const fn entry(row: usize) -> Item {
+        Item(((row as u64) << TAG_BITS) | TAG_ENTRY)
+    }
+
     pub(crate) fn kind(self) -> Kind {
         match self.0 & TAG_MASK {
             TAG_BOOL => Kind::Bool(self.0 >> TAG_BITS != 0),
             TAG_INT => Kind::Int((self.0 as i64) >> TAG_BITS),
             TAG_NODE => Kind::Node((self.0 >> TAG_BITS) as NodeId),
+            TAG_ENTRY => Kind::Entry((self.0 >> TAG_BITS) as usize),
             _ => Kind::None,
         }
     }
@@ -152,6 +168,10 @@ pub(crate) struct Tree {
     items: Vec<Item>,
     /// Pairs of dicts stored as ranges.
     pairs: Vec<(Item, Item)>,
+    /// Trace entries read straight into columns (see [`Item::entry`]). Their
+    /// stack, compile context and user metadata are node ids plus 1 (0:
+    /// none), of a list and of strs, until the decoder resolves them.
+    pub(crate) entry_rows: Entries,
 }
 
 impl Tree {
@@ -163,6 +183,7 @@ impl Tree {
             text: String::with_capacity(input_bytes / 4),
             items: Vec::with_capacity(input_bytes / 4),
             pairs: Vec::with_capacity(input_bytes / 16),
+            entry_rows: Entries::default(),
         }
     }
 
@@ -280,6 +301,7 @@ impl Tree {
     /// A short description for error messages: the type and a glimpse.
     pub(crate) fn describe(&self, item: Item) -> String {
         match item.kind() {
+            Kind::Entry(row) => format!("a dict of {} keys (a trace entry)", self.entry_pairs(row).len()),
             Kind::None => "None".to_owned(),
             Kind::Bool(b) => format!("a bool ({})", if b { "True" } else { "False" }),
             Kind::Int(n) => format!("an int ({n})"),
@@ -312,6 +334,18 @@ impl Tree {
             Kind::None => return Ok(Value::None),
             Kind::Bool(b) => return Ok(Value::Bool(b)),
             Kind::Int(n) => return Ok(Value::Int(n)),
+            Kind::Entry(row) => {
+                let mut pairs = Vec::new();
+                for (key, value) in self.entry_pairs(row) {
+                    let value = match value {
+                        EntryValue::Word(w) => Value::str(w.name()),
+                        EntryValue::Int(n) => Value::int(n),
+                        EntryValue::Item(item) => self.freeze_in(item, depth + 1, done)?,
+                    };
+                    pairs.push((Value::str(key.name()), value));
+                }
+                return Ok(Value::dict(pairs));
+            }
             Kind::Node(id) => id,
         };
         if let Some(value) = done.get(&id) {
@@ -347,6 +381,53 @@ impl Tree {
         done: &mut HashMap<NodeId, Value>,
     ) -> Result<Arc<[Value]>, TooDeep> {
         items.iter().map(|&i| self.freeze_in(i, depth + 1, done)).collect()
+    }
+}
+
+/// A value of a trace entry's dict, rebuilt from its row.
+enum EntryValue {
+    Word(Word),
+    Int(i128),
+    Item(Item),
+}
+
+impl Tree {
+    /// The pairs of the dict of entry row `row`, rebuilt: keys in the
+    /// writers' order (the file's order is not kept), 64-bit values in
+    /// the spelling PyTorch writes.
+    fn entry_pairs(&self, row: usize) -> Vec<(Word, EntryValue)> {
+        let rows = &self.entry_rows;
+        let e = rows.get(row);
+        let action = match e.action {
+            TraceAction::Alloc => Word::Alloc,
+            TraceAction::FreeRequested => Word::FreeRequested,
+            TraceAction::FreeCompleted => Word::FreeCompleted,
+            TraceAction::SegmentAlloc => Word::SegmentAlloc,
+            TraceAction::SegmentFree => Word::SegmentFree,
+            TraceAction::SegmentMap => Word::SegmentMap,
+            TraceAction::SegmentUnmap => Word::SegmentUnmap,
+            TraceAction::Snapshot => Word::Snapshot,
+            TraceAction::Oom => Word::Oom,
+            TraceAction::UserDefined => Word::UserDefined,
+        };
+        let addr_key = if e.action == TraceAction::Oom { Word::DeviceFree } else { Word::Addr };
+        let mut pairs = vec![
+            (Word::Action, EntryValue::Word(action)),
+            (addr_key, EntryValue::Int(i128::from(e.addr))),
+            (Word::Size, EntryValue::Int(i128::from(e.size))),
+            (Word::Stream, EntryValue::Int(i128::from(e.stream as i64))),
+        ];
+        if let Some(t) = rows.time_us(row) {
+            pairs.push((Word::TimeUs, EntryValue::Int(i128::from(t as i64))));
+        }
+        let [frames, context, metadata] = rows.raw_ids(row);
+        let node = |id: u32| EntryValue::Item(Item::node(id as usize - 1));
+        for (key, id) in [(Word::CompileContext, context), (Word::UserMetadata, metadata), (Word::Frames, frames)] {
+            if id != 0 {
+                pairs.push((key, node(id)));
+            }
+        }
+        pairs
     }
 }
 

@@ -1,5 +1,6 @@
 //! Integration tests of vramkit-trace (one binary; one module per topic).
 
+mod columns;
 mod common;
 mod entries;
 mod expected;

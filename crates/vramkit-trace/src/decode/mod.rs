@@ -16,6 +16,7 @@
 mod frames;
 mod legacy;
 mod reader;
+mod rows;
 mod schema_err;
 mod segment;
 mod settings;
@@ -29,8 +30,8 @@ use reader::Reader;
 use schema_err::SchemaErr;
 
 /// Decodes a whole document. `protocol` is recorded as found.
-pub(crate) fn decode(tree: &Tree, root: Item, protocol: Option<u8>) -> Result<TraceFile, TraceError> {
-    let mut reader = Reader::new(tree);
-    let file = reader.file(root, protocol).map_err(SchemaErr::into_trace_error)?;
-    Ok(file)
+pub(crate) fn decode(mut tree: Tree, root: Item, protocol: Option<u8>) -> Result<TraceFile, TraceError> {
+    let (file, traces) = Reader::new(&tree).file(root, protocol).map_err(SchemaErr::into_trace_error)?;
+    let traces = traces.into_iter().map(|t| t.finish(&mut tree.entry_rows)).collect();
+    Ok(TraceFile::new(file, traces))
 }

@@ -5,8 +5,8 @@ use super::reader::Reader;
 use super::schema_err::{AtKey, SchemaErr};
 use super::segment::{BLOCK_KEYS, SEGMENT_KEYS};
 use super::trace::ENTRY_KEYS;
+use super::rows::DecodedTrace;
 use crate::file::{KeySets, SnapshotFile, SnapshotFormat};
-use crate::trace_file::TraceFile;
 use crate::legacy::LegacyHistory;
 use crate::tree::Item;
 use crate::words::Word;
@@ -17,7 +17,8 @@ use vramkit_core::snapshot::Snapshot;
 const TOP_KEYS: [&str; 4] = ["segments", "device_traces", "allocator_settings", "external_annotations"];
 
 impl Reader<'_> {
-    pub(super) fn file(&mut self, root: Item, protocol: Option<u8>) -> Result<TraceFile, SchemaErr> {
+    /// The file, but for its device traces (returned apart: rows still in the tree).
+    pub(super) fn file(&mut self, root: Item, protocol: Option<u8>) -> Result<(SnapshotFile, Vec<DecodedTrace>), SchemaErr> {
         let mut file = SnapshotFile {
             snapshot: Snapshot::default(),
             allocator_settings: None,
@@ -87,6 +88,6 @@ impl Reader<'_> {
             entry: std::mem::take(&mut self.entry).into_set(&ENTRY_KEYS),
         };
         file.keys = Some(keys);
-        Ok(TraceFile::new(file, device_traces))
+        Ok((file, device_traces))
     }
 }

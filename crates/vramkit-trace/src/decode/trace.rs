@@ -3,10 +3,11 @@
 //! it was ([`SkippedEntry`]).
 
 use super::reader::Reader;
+use super::rows::DecodedTrace;
 use super::schema_err::{AtKey, SchemaErr};
-use crate::entries::{Entries, EntriesBuilder, Entry};
+use crate::entries::{EntriesBuilder, Entry};
 use crate::file::SkippedEntry;
-use crate::tree::Item;
+use crate::tree::{Item, Kind};
 use crate::words::Word;
 use vramkit_core::snapshot::TraceAction;
 
@@ -20,19 +21,35 @@ impl Reader<'_> {
         &mut self,
         item: Item,
         skipped: &mut Vec<SkippedEntry>,
-    ) -> Result<Vec<Entries>, SchemaErr> {
+    ) -> Result<Vec<DecodedTrace>, SchemaErr> {
         let devices = self.seq(item)?;
         let mut out = Vec::with_capacity(devices.len());
         for (device, &trace) in devices.iter().enumerate() {
             let entries = self.seq(trace).at_index(device)?;
+            if let Some(rows) = self.row_run(entries) {
+                let decoded = self.rows(entries, rows, |reader, index, entry, others| {
+                    let kept = reader.entry(entry, others).at_index(index)?;
+                    if !kept {
+                        let entry = reader.value(entry).at_index(index)?;
+                        skipped.push(SkippedEntry { device, index, entry });
+                    }
+                    Ok(kept)
+                });
+                out.push(decoded.at_index(device)?);
+                continue;
+            }
             let mut decoded = EntriesBuilder::default();
             for (index, &entry) in entries.iter().enumerate() {
-                if !self.entry(entry, &mut decoded).at_index(index).at_index(device)? {
+                let kept = match entry.kind() {
+                    Kind::Entry(row) => self.row(row, &mut decoded).map(|()| true),
+                    _ => self.entry(entry, &mut decoded),
+                };
+                if !kept.at_index(index).at_index(device)? {
                     let entry = self.value(entry).at_index(index).at_index(device)?;
                     skipped.push(SkippedEntry { device, index, entry });
                 }
             }
-            out.push(decoded.finish());
+            out.push(DecodedTrace::Built(decoded.finish()));
         }
         Ok(out)
     }

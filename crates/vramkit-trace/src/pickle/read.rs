@@ -8,15 +8,21 @@
 //! anything is allocated for it, and the stack never underflows below the
 //! innermost MARK (as in CPython), so no input can make it panic or blow up.
 
+use super::input::Input;
 use super::op;
 use super::value::Value;
 use crate::error::TraceError;
 use crate::tree::{FxHashMap, Item, Node, Store, Tree};
+use std::ops::Range;
+use std::path::PathBuf;
 
 /// Most MARKs that may be open at once.
 const MAX_OPEN_MARKS: usize = 1000;
 /// Widest integer (in bytes) `LONG1`/`LONG4` may carry.
 const MAX_LONG_BYTES: usize = 16;
+/// Bytes made available before each opcode (fewer only at the end of the
+/// input): every fixed-size argument, and most trace entries whole.
+const AHEAD: usize = 64 << 10;
 
 /// A parsed pickle, still in arena form.
 #[derive(Debug)]
@@ -47,45 +53,63 @@ pub fn pickle_protocol(data: &[u8]) -> Option<u8> {
 }
 
 pub(crate) fn parse(data: &[u8]) -> Result<Parsed, TraceError> {
+    parse_input(Input::bytes(data))
+}
+
+/// Parses a pickle read from `input`; an error reading it is
+/// [`TraceError::Io`] with an empty path, for the caller to name.
+pub(crate) fn parse_input(input: Input<'_>) -> Result<Parsed, TraceError> {
+    let len = input.len();
     Unpickler {
-        data,
-        pos: 0,
-        tree: Tree::with_capacity_for(data.len()),
+        input,
+        tree: Tree::with_capacity_for(len),
         stack: Vec::new(),
         marks: Vec::new(),
-        memo: Vec::with_capacity(data.len() / 64),
+        memo: Vec::with_capacity(len / 64),
         memo_sparse: FxHashMap::default(),
         memo_len: 0,
         protocol: None,
+        key_words: Vec::new(),
+        fresh_items: Vec::new(),
+        fresh: Vec::new(),
+        puts: Vec::new(),
     }
     .run()
 }
 
-struct Unpickler<'a> {
-    data: &'a [u8],
-    /// Next byte to read.
-    pos: usize,
-    tree: Tree,
-    stack: Vec<Item>,
+pub(super) struct Unpickler<'a> {
+    pub(super) input: Input<'a>,
+    pub(super) tree: Tree,
+    pub(super) stack: Vec<Item>,
     /// Stack heights at each open MARK; nothing pops below the last one.
     marks: Vec<usize>,
     /// Memo slots below `data.len()`; larger indices go to `memo_sparse`, so
     /// a huge `LONG_BINPUT` index never sizes a vector.
-    memo: Vec<Item>,
+    pub(super) memo: Vec<Item>,
     memo_sparse: FxHashMap<usize, Item>,
     /// Occupied memo slots (what `MEMOIZE` uses as the next index, as CPython).
-    memo_len: usize,
+    pub(super) memo_len: usize,
     protocol: Option<u8>,
+    /// Per memo index, the [`Word`](crate::words::Word) code of the str it
+    /// holds once classified (0: not yet); for the trace entries' keys and
+    /// actions (`entry.rs`).
+    pub(super) key_words: Vec<u8>,
+    /// Scratch space for a trace entry's new objects, their items and memo
+    /// puts (`entry.rs`).
+    pub(super) fresh_items: Vec<Item>,
+    pub(super) fresh: Vec<super::entry::Fresh>,
+    pub(super) puts: Vec<usize>,
 }
 
 impl<'a> Unpickler<'a> {
     fn run(mut self) -> Result<Parsed, TraceError> {
         loop {
-            let at = self.pos;
-            let Some(&code) = self.data.get(at) else {
-                return Err(TraceError::pickle(at, "expected an opcode, found the end of the input (no STOP)"));
+            self.input.ensure(AHEAD);
+            let at = self.input.offset();
+            let Some(&code) = self.input.data().get(self.input.pos) else {
+                return Err(self.short(TraceError::pickle(at, "expected an opcode, found the end of the input (no STOP)")));
             };
-            self.pos += 1;
+            self.input.pos += 1;
             match code {
                 op::PROTO => {
                     let version = self.u8(at, code)?;
@@ -99,7 +123,7 @@ impl<'a> Unpickler<'a> {
                 }
                 op::FRAME => {
                     let len = self.u64(at, code)?;
-                    let remaining = self.data.len() - self.pos;
+                    let remaining = self.input.remaining();
                     if len > remaining as u64 {
                         return Err(TraceError::pickle(
                             at,
@@ -137,7 +161,13 @@ impl<'a> Unpickler<'a> {
                     let top = self.top(at, code)?;
                     self.stack.push(top);
                 }
-                op::EMPTY_DICT => self.push_node(Node::Dict(Store::EMPTY)),
+                op::EMPTY_DICT => {
+                    // Most dicts of a long snapshot are trace entries: read
+                    // them straight into columns where their shape allows.
+                    if !self.entry(self.input.pos - 1) {
+                        self.push_node(Node::Dict(Store::EMPTY));
+                    }
+                }
                 op::EMPTY_LIST => self.push_node(Node::List(Store::EMPTY)),
                 op::EMPTY_TUPLE => self.push_node(Node::Tuple(Store::EMPTY)),
                 op::DICT => {
@@ -209,8 +239,7 @@ impl<'a> Unpickler<'a> {
                 op::NEWTRUE => self.stack.push(Item::bool(true)),
                 op::NEWFALSE => self.stack.push(Item::bool(false)),
                 op::BININT => {
-                    let b = self.take(4, at, code)?;
-                    let n = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    let n = i32::from_le_bytes(self.fixed(at, code)?);
                     self.push_int(i64::from(n));
                 }
                 op::BININT1 => {
@@ -218,16 +247,15 @@ impl<'a> Unpickler<'a> {
                     self.push_int(i64::from(n));
                 }
                 op::BININT2 => {
-                    let b = self.take(2, at, code)?;
-                    self.push_int(i64::from(u16::from_le_bytes([b[0], b[1]])));
+                    let n = u16::from_le_bytes(self.fixed(at, code)?);
+                    self.push_int(i64::from(n));
                 }
                 op::LONG1 => {
                     let len = usize::from(self.u8(at, code)?);
                     self.long(len, at, code)?;
                 }
                 op::LONG4 => {
-                    let b = self.take(4, at, code)?;
-                    let len = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    let len = i32::from_le_bytes(self.fixed(at, code)?);
                     let Ok(len) = usize::try_from(len) else {
                         return Err(TraceError::pickle(
                             at,
@@ -237,10 +265,8 @@ impl<'a> Unpickler<'a> {
                     self.long(len, at, code)?;
                 }
                 op::BINFLOAT => {
-                    let b = self.take(8, at, code)?;
-                    let mut raw = [0u8; 8];
-                    raw.copy_from_slice(b);
-                    let item = self.tree.float(f64::from_be_bytes(raw));
+                    let x = f64::from_be_bytes(self.fixed(at, code)?);
+                    let item = self.tree.float(x);
                     self.stack.push(item);
                 }
                 op::SHORT_BINUNICODE => {
@@ -268,16 +294,16 @@ impl<'a> Unpickler<'a> {
                 op::BINGET | op::LONG_BINGET => self.get_run(code, at)?,
                 op::INT => {
                     let line = self.line(at, code)?;
-                    let item = match line {
+                    let item = match line.as_str() {
                         "00" => Item::bool(false),
                         "01" => Item::bool(true),
-                        _ => self.int_text(line, at, code)?,
+                        _ => self.int_text(&line, at, code)?,
                     };
                     self.stack.push(item);
                 }
                 op::LONG => {
                     let line = self.line(at, code)?;
-                    let digits = line.strip_suffix('L').unwrap_or(line);
+                    let digits = line.strip_suffix('L').unwrap_or(&line);
                     let item = self.int_text(digits, at, code)?;
                     self.stack.push(item);
                 }
@@ -395,41 +421,53 @@ impl<'a> Unpickler<'a> {
         self.stack.push(item);
     }
 
-    /// The next `len` bytes, after checking that they exist.
+    /// An error for input that ends early: what the reader said, if it failed.
+    fn short(&mut self, error: TraceError) -> TraceError {
+        match self.input.error.take() {
+            Some(source) => TraceError::Io { path: PathBuf::new(), source },
+            None => error,
+        }
+    }
+
+    /// The window range of the next `len` bytes, after checking that they exist.
     #[inline]
-    fn take(&mut self, len: usize, at: usize, code: u8) -> Result<&'a [u8], TraceError> {
-        let remaining = self.data.len() - self.pos;
-        if len > remaining {
-            return Err(TraceError::pickle(
+    fn take(&mut self, len: usize, at: usize, code: u8) -> Result<Range<usize>, TraceError> {
+        if !self.input.ensure(len) {
+            let remaining = self.input.data().len() - self.input.pos;
+            return Err(self.short(TraceError::pickle(
                 at,
                 format!(
                     "{}: expected {len} more bytes, found {remaining} (input truncated or length corrupt)",
                     op::name(code)
                 ),
-            ));
+            )));
         }
-        let data: &'a [u8] = self.data;
-        let bytes = &data[self.pos..self.pos + len];
-        self.pos += len;
-        Ok(bytes)
+        let start = self.input.pos;
+        self.input.pos += len;
+        Ok(start..start + len)
+    }
+
+    /// The next `N` bytes.
+    #[inline]
+    fn fixed<const N: usize>(&mut self, at: usize, code: u8) -> Result<[u8; N], TraceError> {
+        let range = self.take(N, at, code)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(&self.input.data()[range]);
+        Ok(out)
     }
 
     #[inline]
     fn u8(&mut self, at: usize, code: u8) -> Result<u8, TraceError> {
-        Ok(self.take(1, at, code)?[0])
+        Ok(self.fixed::<1>(at, code)?[0])
     }
 
     #[inline]
     fn u32(&mut self, at: usize, code: u8) -> Result<u32, TraceError> {
-        let b = self.take(4, at, code)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        Ok(u32::from_le_bytes(self.fixed(at, code)?))
     }
 
     fn u64(&mut self, at: usize, code: u8) -> Result<u64, TraceError> {
-        let b = self.take(8, at, code)?;
-        let mut raw = [0u8; 8];
-        raw.copy_from_slice(b);
-        Ok(u64::from_le_bytes(raw))
+        Ok(u64::from_le_bytes(self.fixed(at, code)?))
     }
 
     /// A little-endian two's-complement integer of `len` bytes.
@@ -445,7 +483,8 @@ impl<'a> Unpickler<'a> {
                 ),
             ));
         }
-        let bytes = self.take(len, at, code)?;
+        let range = self.take(len, at, code)?;
+        let bytes = &self.input.data()[range];
         let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
         let mut raw = if negative { [0xff; MAX_LONG_BYTES] } else { [0; MAX_LONG_BYTES] };
         raw[..len].copy_from_slice(bytes);
@@ -460,8 +499,8 @@ impl<'a> Unpickler<'a> {
     }
 
     fn unicode(&mut self, len: usize, at: usize, code: u8) -> Result<(), TraceError> {
-        let bytes = self.take(len, at, code)?;
-        let text = std::str::from_utf8(bytes).map_err(|e| {
+        let range = self.take(len, at, code)?;
+        let text = std::str::from_utf8(&self.input.data()[range]).map_err(|e| {
             TraceError::pickle(
                 at,
                 format!(
@@ -478,7 +517,19 @@ impl<'a> Unpickler<'a> {
 
     fn put(&mut self, index: usize, at: usize, code: u8) -> Result<(), TraceError> {
         let item = self.top(at, code)?;
-        let fresh = if index < self.data.len() {
+        self.put_item(index, item);
+        Ok(())
+    }
+
+    /// Stores `item` in memo slot `index`.
+    pub(super) fn put_item(&mut self, index: usize, item: Item) {
+        if let Some(word) = self.key_words.get_mut(index) {
+            *word = 0;
+        }
+        let fresh = if index == self.memo.len() && index < self.input.len() {
+            self.memo.push(item);
+            true
+        } else if index < self.input.len() {
             if index >= self.memo.len() {
                 self.memo.resize(index + 1, Item::UNSET);
             }
@@ -489,47 +540,34 @@ impl<'a> Unpickler<'a> {
         if fresh {
             self.memo_len += 1;
         }
-        Ok(())
     }
 
     /// A run of `BINGET`/`LONG_BINGET` (a stack's frames, typically), in a
     /// tight loop: cheaper than going through the opcode dispatch each time.
+    /// It goes on while the window holds the next one whole.
     fn get_run(&mut self, mut code: u8, mut at: usize) -> Result<(), TraceError> {
-        let data = self.data;
-        let mut pos = self.pos;
         loop {
-            let index = if code == op::BINGET {
-                let Some(&index) = data.get(pos) else {
-                    self.pos = pos;
-                    return self.u8(at, code).map(|_| ());
-                };
-                pos += 1;
-                usize::from(index)
+            let (data, pos) = (self.input.data(), self.input.pos);
+            let (index, next) = if code == op::BINGET {
+                let Some(&index) = data.get(pos) else { return self.u8(at, code).map(|_| ()) };
+                (usize::from(index), pos + 1)
             } else {
-                let Some(&[a, b, c, d]) = data.get(pos..pos + 4) else {
-                    self.pos = pos;
-                    return self.u32(at, code).map(|_| ());
-                };
-                pos += 4;
-                u32::from_le_bytes([a, b, c, d]) as usize
+                let Some(&[a, b, c, d]) = data.get(pos..pos + 4) else { return self.u32(at, code).map(|_| ()) };
+                (u32::from_le_bytes([a, b, c, d]) as usize, pos + 4)
             };
+            self.input.pos = next;
             match self.memo.get(index) {
                 Some(&item) if item != Item::UNSET => self.stack.push(item),
-                _ => {
-                    self.pos = pos;
-                    self.get(index, at, code)?;
-                }
+                _ => self.get(index, at, code)?,
             }
+            let (data, pos) = (self.input.data(), self.input.pos);
             match data.get(pos) {
-                Some(&next @ (op::BINGET | op::LONG_BINGET)) => {
-                    at = pos;
-                    pos += 1;
+                Some(&next @ (op::BINGET | op::LONG_BINGET)) if data.len() - pos > 4 => {
+                    at = self.input.offset();
+                    self.input.pos += 1;
                     code = next;
                 }
-                _ => {
-                    self.pos = pos;
-                    return Ok(());
-                }
+                _ => return Ok(()),
             }
         }
     }
@@ -553,19 +591,22 @@ impl<'a> Unpickler<'a> {
     }
 
     /// A protocol-0 argument: the text up to the next newline (at most 64 bytes).
-    fn line(&mut self, at: usize, code: u8) -> Result<&'a str, TraceError> {
-        let data: &'a [u8] = self.data;
-        let window = &data[self.pos..self.data.len().min(self.pos + 65)];
+    fn line(&mut self, at: usize, code: u8) -> Result<String, TraceError> {
+        self.input.ensure(65);
+        let (data, pos) = (self.input.data(), self.input.pos);
+        let window = &data[pos..data.len().min(pos + 65)];
         let Some(end) = window.iter().position(|&b| b == b'\n') else {
-            return Err(TraceError::pickle(
+            let error = TraceError::pickle(
                 at,
                 format!("{}: expected a newline-terminated argument of at most 64 bytes, found none", op::name(code)),
-            ));
+            );
+            return Err(self.short(error));
         };
-        let bytes = &data[self.pos..self.pos + end];
-        self.pos += end + 1;
-        std::str::from_utf8(bytes)
-            .map_err(|_| TraceError::pickle(at, format!("{}: expected ASCII text, found other bytes", op::name(code))))
+        let text = std::str::from_utf8(&window[..end])
+            .map(str::to_owned)
+            .map_err(|_| TraceError::pickle(at, format!("{}: expected ASCII text, found other bytes", op::name(code))));
+        self.input.pos += end + 1;
+        text
     }
 
     fn int_text(&mut self, text: &str, at: usize, code: u8) -> Result<Item, TraceError> {

@@ -1,0 +1,440 @@
+//! Trace entries straight into columns.
+//!
+//! A long snapshot is millions of dicts of one shape, `{action, addr, size,
+//! stream, time_us, ..., frames}`. As generic dicts they would cost ~180
+//! bytes each in the document; one whose bytes have the usual form goes
+//! straight into a row of the tree's `entry_rows` instead (~40 bytes), and
+//! the item standing for the dict names its row ([`Item::entry`]).
+//!
+//! The usual form: `EMPTY_DICT`, its memo put, `MARK`, key/value pairs,
+//! `SETITEMS`, with `FRAME`s anywhere between. Each key is a memo reference
+//! to a str naming an entry key; each value an int opcode, a memo
+//! reference, or a str or a list of memo references (a stack) first seen
+//! here, with its memo put. And the entry must decode without error: a
+//! modeled action, the address key that action reads (`device_free` for
+//! `oom`) and not the other, a size and a stream, ints in range, strs where
+//! strs go. Anything else is read by the generic path as before, errors
+//! included: the scan changes nothing until it has seen the whole dict, so
+//! falling back is just not moving on.
+
+use super::op;
+use super::read::Unpickler;
+use crate::entries::Entry;
+use crate::tree::{Item, Node, Tree};
+use crate::words::Word;
+use vramkit_core::snapshot::TraceAction;
+
+/// Objects an entry may make (strs and lists seen for the first time).
+const MAX_FRESH: usize = 8;
+/// Memo indices whose schema word is cached (keys are memoized early).
+const MAX_CACHED_INDEX: usize = 1 << 20;
+
+/// A memo put after an object.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Put {
+    None,
+    /// `MEMOIZE`: the next free index.
+    Memoize,
+    /// `BINPUT`/`LONG_BINPUT`.
+    At(usize),
+}
+
+/// An object the entry makes, in pickle order: a str (a range of the
+/// window) or a list (a range of `fresh_items`).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Fresh {
+    Str { text: (usize, usize), put: Put },
+    List { items: (usize, usize), put: Put },
+}
+
+/// A value that is a node: one the memo holds, or one the entry makes.
+#[derive(Clone, Copy, Debug)]
+enum Ref {
+    None,
+    Node(usize),
+    Fresh(usize),
+}
+
+/// What the scan found: everything the commit needs.
+#[derive(Debug)]
+struct Scanned {
+    /// Window index after `SETITEMS`.
+    end: usize,
+    put: Put,
+    entry: Entry,
+    time_us: Option<u64>,
+    /// Stack, compile context, user metadata.
+    refs: [Ref; 3],
+}
+
+/// The scan of one dict: read-only on everything but two caches.
+struct Scan<'u> {
+    data: &'u [u8],
+    p: usize,
+    /// Bytes of the input left after `data` (for `FRAME` lengths).
+    beyond: usize,
+    /// Memo indices from here on are kept apart by the unpickler (`memo_sparse`).
+    dense_memo: usize,
+    memo: &'u [Item],
+    tree: &'u Tree,
+    /// Per memo index, the schema word code of the str it holds (0: not
+    /// known yet); the unpickler clears a slot it puts again.
+    key_words: &'u mut Vec<u8>,
+    fresh_items: &'u mut Vec<Item>,
+    fresh: &'u mut Vec<Fresh>,
+    /// Memo slots this dict puts: the next `MEMOIZE` index, and each index put.
+    next_memo: usize,
+    puts: &'u mut Vec<usize>,
+}
+
+impl Scan<'_> {
+    fn byte(&self) -> Option<u8> {
+        self.data.get(self.p).copied()
+    }
+
+    fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let b = self.data.get(self.p..self.p + N)?;
+        self.p += N;
+        let mut out = [0u8; N];
+        out.copy_from_slice(b);
+        Some(out)
+    }
+
+    /// Past any `FRAME`s whose length the input can hold.
+    fn frames(&mut self) -> Option<()> {
+        while self.byte()? == op::FRAME {
+            self.p += 1;
+            let len = u64::from_le_bytes(self.bytes::<8>()?);
+            let remaining = (self.data.len() - self.p + self.beyond) as u64;
+            if len > remaining {
+                return None;
+            }
+        }
+        Some(())
+    }
+
+    /// An optional memo put; slots already taken (or taken by this dict) are left to the generic path.
+    fn put(&mut self) -> Option<Put> {
+        let index = match self.byte() {
+            Some(op::MEMOIZE) => {
+                self.p += 1;
+                None
+            }
+            Some(op::BINPUT) => {
+                self.p += 1;
+                Some(usize::from(self.bytes::<1>()?[0]))
+            }
+            Some(op::LONG_BINPUT) => {
+                self.p += 1;
+                Some(u32::from_le_bytes(self.bytes::<4>()?) as usize)
+            }
+            _ => return Some(Put::None),
+        };
+        let slot = index.unwrap_or(self.next_memo);
+        let taken = slot >= self.dense_memo || self.memo.get(slot).is_some_and(|&item| item != Item::UNSET) || self.puts.contains(&slot);
+        if taken || self.puts.len() > MAX_FRESH {
+            return None;
+        }
+        self.puts.push(slot);
+        self.next_memo += 1;
+        Some(index.map_or(Put::Memoize, Put::At))
+    }
+
+    /// The memo index a `BINGET`/`LONG_BINGET` refers to.
+    #[inline]
+    fn get_index(&mut self) -> Option<usize> {
+        match self.byte()? {
+            op::BINGET => {
+                let index = *self.data.get(self.p + 1)?;
+                self.p += 2;
+                Some(usize::from(index))
+            }
+            op::LONG_BINGET => {
+                self.p += 1;
+                Some(u32::from_le_bytes(self.bytes::<4>()?) as usize)
+            }
+            _ => None,
+        }
+    }
+
+    /// A memo reference to an item stored before this dict.
+    fn memo_ref(&mut self) -> Option<Item> {
+        let index = self.get_index()?;
+        self.memo_item(index)
+    }
+
+    fn memo_item(&self, index: usize) -> Option<Item> {
+        if self.puts.contains(&index) {
+            return None;
+        }
+        self.memo.get(index).copied().filter(|&item| item != Item::UNSET)
+    }
+
+    /// A memo reference to a str naming a schema word (cached per memo index).
+    #[inline]
+    fn word_ref(&mut self) -> Option<Word> {
+        let index = self.get_index()?;
+        match self.key_words.get(index) {
+            Some(&code) if code != 0 => Some(Word::from_code(u32::from(code))),
+            _ => {
+                let word = Word::classify(self.tree.as_str(self.memo_item(index)?)?);
+                if index < MAX_CACHED_INDEX {
+                    if index >= self.key_words.len() {
+                        self.key_words.resize(index + 1, 0);
+                    }
+                    self.key_words[index] = word.code() as u8;
+                }
+                Some(word)
+            }
+        }
+    }
+
+    fn make(&mut self, fresh: Fresh) -> Option<usize> {
+        if self.fresh.len() >= MAX_FRESH {
+            return None;
+        }
+        self.fresh.push(fresh);
+        Some(self.fresh.len() - 1)
+    }
+
+    /// An int opcode's value.
+    fn int(&mut self) -> Option<i128> {
+        let code = self.byte()?;
+        self.p += 1;
+        Some(match code {
+            op::BININT1 => i128::from(self.bytes::<1>()?[0]),
+            op::BININT2 => i128::from(u16::from_le_bytes(self.bytes()?)),
+            op::BININT => i128::from(i32::from_le_bytes(self.bytes()?)),
+            op::LONG1 => {
+                let len = usize::from(self.bytes::<1>()?[0]);
+                let b = self.data.get(self.p..self.p + len).filter(|_| len <= 9)?;
+                self.p += len;
+                let mut raw = if b.last().is_some_and(|&x| x & 0x80 != 0) { [0xff; 16] } else { [0; 16] };
+                raw[..len].copy_from_slice(b);
+                i128::from_le_bytes(raw)
+            }
+            _ => return None,
+        })
+    }
+
+    /// An int from 0 to 2^64-1.
+    fn u64(&mut self) -> Option<u64> {
+        u64::try_from(self.int()?).ok()
+    }
+
+    /// An int PyTorch writes signed or unsigned, as its 64 bits.
+    fn bits64(&mut self) -> Option<u64> {
+        let n = self.int()?;
+        u64::try_from(n).ok().or_else(|| i64::try_from(n).ok().map(|signed| signed as u64))
+    }
+
+    /// A str: one the memo holds, or a new one (with its put).
+    fn str(&mut self) -> Option<(Ref, Option<Word>)> {
+        let len = match self.byte()? {
+            op::BINGET | op::LONG_BINGET => {
+                let item = self.memo_ref()?;
+                let Some(Node::Str { .. }) = self.tree.node(item) else { return None };
+                return Some((Ref::Node(item.node_id()?), None));
+            }
+            op::SHORT_BINUNICODE => {
+                self.p += 1;
+                usize::from(self.bytes::<1>()?[0])
+            }
+            op::BINUNICODE => {
+                self.p += 1;
+                u32::from_le_bytes(self.bytes::<4>()?) as usize
+            }
+            _ => return None,
+        };
+        let start = self.p;
+        let text = std::str::from_utf8(self.data.get(start..start + len)?).ok()?;
+        let word = Word::classify(text);
+        self.p += len;
+        let put = self.put()?;
+        Some((Ref::Fresh(self.make(Fresh::Str { text: (start, start + len), put })?), Some(word)))
+    }
+
+    /// The action a str names, if vramkit models it.
+    fn action(&mut self) -> Option<TraceAction> {
+        let word = match self.byte()? {
+            op::BINGET | op::LONG_BINGET => self.word_ref()?,
+            _ => self.str()?.1?,
+        };
+        modeled_action(word)
+    }
+
+    /// A list: one the memo holds, or a new one of memo references (with its put).
+    fn list(&mut self) -> Option<Ref> {
+        match self.byte()? {
+            op::BINGET | op::LONG_BINGET => {
+                let item = self.memo_ref()?;
+                self.tree.as_seq(item)?;
+                return Some(Ref::Node(item.node_id()?));
+            }
+            op::EMPTY_LIST => self.p += 1,
+            _ => return None,
+        }
+        let put = self.put()?;
+        let first = self.fresh_items.len();
+        loop {
+            match self.byte()? {
+                op::MARK => {
+                    self.p += 1;
+                    loop {
+                        self.frames()?;
+                        if self.byte()? == op::APPENDS {
+                            self.p += 1;
+                            break;
+                        }
+                        let item = self.memo_ref()?;
+                        self.fresh_items.push(item);
+                    }
+                }
+                op::BINGET | op::LONG_BINGET => {
+                    let at = self.p;
+                    let item = self.memo_ref()?;
+                    if self.byte() != Some(op::APPEND) {
+                        // Not an item of this list: the next key.
+                        self.p = at;
+                        break;
+                    }
+                    self.p += 1;
+                    self.fresh_items.push(item);
+                }
+                _ => break,
+            }
+        }
+        let items = (first, self.fresh_items.len());
+        Some(Ref::Fresh(self.make(Fresh::List { items, put })?))
+    }
+
+    /// The whole dict, from `EMPTY_DICT` through `SETITEMS`.
+    fn dict(&mut self) -> Option<Scanned> {
+        if self.byte()? != op::EMPTY_DICT {
+            return None;
+        }
+        self.p += 1;
+        let put = self.put()?;
+        self.frames()?;
+        if self.byte()? != op::MARK {
+            return None;
+        }
+        self.p += 1;
+        let (mut action, mut addr, mut device_free, mut size, mut stream, mut time_us) = (None, None, None, None, None, None);
+        let mut refs = [Ref::None; 3];
+        loop {
+            self.frames()?;
+            if self.byte()? == op::SETITEMS {
+                self.p += 1;
+                break;
+            }
+            match self.word_ref()? {
+                Word::Action => action = Some(self.action()?),
+                Word::Addr => addr = Some(self.u64()?),
+                Word::DeviceFree => device_free = Some(self.u64()?),
+                Word::Size => size = Some(self.u64()?),
+                Word::Stream => stream = Some(self.bits64()?),
+                Word::TimeUs => time_us = Some(self.bits64()?),
+                Word::CompileContext => refs[1] = self.str()?.0,
+                Word::UserMetadata => refs[2] = self.str()?.0,
+                Word::Frames => refs[0] = self.list()?,
+                _ => return None,
+            }
+        }
+        let action = action?;
+        let addr = match (action, addr, device_free) {
+            (TraceAction::Oom, None, Some(free)) => free,
+            (TraceAction::Oom, _, _) | (_, _, Some(_)) => return None,
+            (_, addr, None) => addr?,
+        };
+        Some(Scanned {
+            end: self.p,
+            put,
+            entry: Entry { action, addr, size: size?, stream: stream? },
+            time_us,
+            refs,
+        })
+    }
+}
+
+/// The action a word names, if vramkit models it.
+fn modeled_action(word: Word) -> Option<TraceAction> {
+    Some(match word {
+        Word::Alloc => TraceAction::Alloc,
+        Word::FreeRequested => TraceAction::FreeRequested,
+        Word::FreeCompleted => TraceAction::FreeCompleted,
+        Word::SegmentAlloc => TraceAction::SegmentAlloc,
+        Word::SegmentFree => TraceAction::SegmentFree,
+        Word::SegmentMap => TraceAction::SegmentMap,
+        Word::SegmentUnmap => TraceAction::SegmentUnmap,
+        Word::Snapshot => TraceAction::Snapshot,
+        Word::Oom => TraceAction::Oom,
+        Word::UserDefined => TraceAction::UserDefined,
+        _ => return None,
+    })
+}
+
+impl Unpickler<'_> {
+    /// Reads the dict whose `EMPTY_DICT` is at window index `start` into a
+    /// row of `entry_rows` and pushes its item, if it is a trace entry of
+    /// the usual form (see the module); false, having changed nothing, if not.
+    pub(super) fn entry(&mut self, start: usize) -> bool {
+        // Ids are stored plus 1 in 32 bits.
+        if self.tree.nodes.len() + MAX_FRESH >= u32::MAX as usize {
+            return false;
+        }
+        self.fresh_items.clear();
+        self.fresh.clear();
+        self.puts.clear();
+        let data = self.input.data();
+        let mut scan = Scan {
+            data,
+            p: start,
+            beyond: self.input.remaining().saturating_sub(data.len() - self.input.pos),
+            dense_memo: self.input.len(),
+            memo: &self.memo,
+            tree: &self.tree,
+            key_words: &mut self.key_words,
+            fresh_items: &mut self.fresh_items,
+            fresh: &mut self.fresh,
+            next_memo: self.memo_len,
+            puts: &mut self.puts,
+        };
+        let Some(found) = scan.dict() else { return false };
+        let item = Item::entry(self.tree.entry_rows.len());
+        self.commit_put(found.put, item);
+        let mut nodes = [0usize; MAX_FRESH];
+        for (k, node) in nodes.iter_mut().enumerate().take(self.fresh.len()) {
+            let (made, put) = match self.fresh[k] {
+                Fresh::Str { text: (a, b), put } => {
+                    let text = std::str::from_utf8(&self.input.data()[a..b]).unwrap_or_default();
+                    (self.tree.push_str(text), put)
+                }
+                Fresh::List { items: (a, b), put } => (self.tree.push_seq(false, self.fresh_items[a..b].iter().copied()), put),
+            };
+            *node = made.node_id().unwrap_or_default();
+            self.commit_put(put, made);
+        }
+        let ids = found.refs.map(|r| match r {
+            Ref::None => 0,
+            Ref::Node(id) => id as u32 + 1,
+            Ref::Fresh(k) => nodes[k] as u32 + 1,
+        });
+        self.tree.entry_rows.push_raw(found.entry, found.time_us, ids);
+        if self.tree.entry_rows.len() == 1 {
+            // Room for as many entries as the rest of the input may hold.
+            self.tree.entry_rows.reserve(self.input.remaining() / 48);
+        }
+        self.stack.push(item);
+        self.input.pos = found.end;
+        true
+    }
+
+    fn commit_put(&mut self, put: Put, item: Item) {
+        match put {
+            Put::None => {}
+            Put::Memoize => self.put_item(self.memo_len, item),
+            Put::At(index) => self.put_item(index, item),
+        }
+    }
+}

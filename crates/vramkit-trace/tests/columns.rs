@@ -1,0 +1,116 @@
+//! Trace entries the pickle reader puts straight into columns: the same
+//! model as the generic path gives (JSON takes that one), streamed from a
+//! file or read from bytes, whatever the window boundaries, `FRAME`s and
+//! memo references to an entry's dict.
+
+use crate::common::temp_path;
+use std::sync::Arc;
+use vramkit_core::snapshot::{Frame, Frames, Snapshot, TraceAction, TraceEntry};
+use vramkit_trace::pickle::write::{to_vec, write_value};
+use vramkit_trace::{read_snapshot_bytes, read_trace_file, read_trace_file_bytes, write_json, write_pickle_protocol, SnapshotFile, Value};
+
+fn stack(name: &str, depth: usize) -> Frames {
+    Arc::from((0..depth).map(|i| Frame { filename: format!("/w/{name}.py"), line: i as i64, name: format!("{name}{i}") }).collect::<Vec<_>>())
+}
+
+/// A trace long enough to cross the reader's 4 MiB window several times,
+/// with every optional field here and there and every action.
+fn long_trace(entries: usize) -> SnapshotFile {
+    let stacks = [stack("forward", 12), stack("backward", 30), stack("step", 3)];
+    let mut trace = Vec::with_capacity(entries);
+    for i in 0..entries as u64 {
+        let action = TraceAction::ALL[(i % 13).min(9) as usize];
+        let mut e = TraceEntry::new(action, 0x7f00_0000_0000 + (i % 4096) * 512, (i * 7919) % (1 << 30), i % 3);
+        e.time_us = (i % 1000 != 7).then_some(1_700_000_000_000_000 + i);
+        e.frames = (i % 5 != 0).then(|| stacks[(i % 3) as usize].clone());
+        e.compile_context = (i % 2 == 0).then(|| if i % 4 == 0 { "N/A".to_string() } else { format!("graph {}", i % 3) });
+        e.user_metadata = (i % 997 == 3).then(String::new);
+        if i % 101 == 50 {
+            e.stream = u64::MAX - 4; // PyTorch's int64 spelling, negative
+        }
+        trace.push(e);
+    }
+    SnapshotFile::from_snapshot(Snapshot { segments: Vec::new(), device_traces: vec![Vec::new(), trace] })
+}
+
+#[test]
+fn a_long_trace_reads_the_same_streamed_from_bytes_and_from_json() {
+    let file = long_trace(200_000);
+    for protocol in [2, 4] {
+        let mut bytes = Vec::new();
+        write_pickle_protocol(&file, protocol, &mut bytes).expect("writes");
+        assert!(bytes.len() > 8 << 20, "{} bytes: not past two windows", bytes.len());
+        let path = temp_path(&format!("columns-{protocol}.pickle"));
+        std::fs::write(&path, &bytes).expect("writes");
+        let streamed = read_trace_file(&path).expect("reads");
+        std::fs::remove_file(&path).ok();
+        assert_eq!(streamed, read_trace_file_bytes(&bytes).expect("reads"));
+        assert_eq!(streamed.device_traces[1].stacks().len(), 3, "protocol {protocol}: each stack once");
+        assert_eq!(streamed.into_snapshot_file().snapshot, file.snapshot, "protocol {protocol}");
+    }
+    let file = long_trace(20_000);
+    let (mut json, mut pickle) = (Vec::new(), Vec::new());
+    write_json(&file, &mut json).expect("writes");
+    write_pickle_protocol(&file, 4, &mut pickle).expect("writes");
+    assert_eq!(read_snapshot_bytes(&json).expect("reads").snapshot, read_snapshot_bytes(&pickle).expect("reads").snapshot);
+}
+
+fn key(k: &str) -> Value {
+    Value::str(k)
+}
+
+/// An entry dict in the writers' key order.
+fn entry(action: &str, addr: i64) -> Value {
+    Value::dict(vec![
+        (key("action"), key(action)),
+        (key("addr"), Value::Int(addr)),
+        (key("size"), Value::Int(512)),
+        (key("stream"), Value::Int(-3)),
+        (key("time_us"), Value::Int(17)),
+    ])
+}
+
+#[test]
+fn an_entry_referenced_twice_and_outside_the_traces() {
+    // The first entry brings the keys in; the second, the same dict three
+    // times, is one the reader takes straight into a row.
+    let first = entry("alloc", 4096);
+    let twice = entry("free_requested", 4096);
+    let doc = Value::dict(vec![
+        (key("segments"), Value::list(Vec::new())),
+        (key("device_traces"), Value::list(vec![Value::list(vec![first, twice.clone(), twice.clone()])])),
+        (key("copy"), twice.clone()),
+    ]);
+    let file = read_snapshot_bytes(&to_vec(&doc).expect("writes")).expect("reads");
+    let trace = &file.snapshot.device_traces[0];
+    assert_eq!(trace.len(), 3);
+    assert_eq!(trace[1], trace[2]);
+    assert_eq!((trace[1].action, trace[1].stream, trace[1].time_us), (TraceAction::FreeRequested, u64::MAX - 2, Some(17)));
+    assert_eq!(file.other, vec![("copy".to_string(), twice)]);
+}
+
+#[test]
+fn frames_inside_entries_change_nothing() {
+    let file = long_trace(2_000);
+    let mut bytes = Vec::new();
+    write_value(&vramkit_trace::to_value(&file), 4, &mut bytes).expect("writes");
+    // A FRAME of length 0 after the MARK of every memoized dict, and one
+    // before every SETITEMS that ends an entry (CPython frames at any opcode).
+    let frame = [0x95, 0, 0, 0, 0, 0, 0, 0, 0];
+    let mut framed = Vec::with_capacity(bytes.len() * 2);
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(b"}\x94(") {
+            framed.extend_from_slice(b"}\x94(");
+            framed.extend_from_slice(&frame);
+            i += 3;
+        } else {
+            framed.push(bytes[i]);
+            i += 1;
+        }
+    }
+    assert!(framed.len() > bytes.len() + 9 * 2_000);
+    let read = read_trace_file_bytes(&framed).expect("reads");
+    assert_eq!(read, read_trace_file_bytes(&bytes).expect("reads"));
+    assert_eq!(read.into_snapshot_file().snapshot, file.snapshot);
+}
