@@ -23,11 +23,11 @@
 //! settings (`verify`'s pass); the judgements are kept as a [`Reading`],
 //! which replays under other settings follow.
 
+use crate::blocks::Blocks;
 use crate::pools::{route, Overrides, PoolRouting};
 use crate::prepared::{Judged, PreparedTrace};
 use crate::reading::Reading;
 use crate::releases::{releases, replay_as_empty_cache, request_after, ReleaseRun};
-use crate::AddrMap;
 use std::borrow::Cow;
 use vramkit_core::{CachingAllocator, DeviceAddr, Error, StreamId, TraceAction};
 use vramkit_sim::SimDevice;
@@ -35,6 +35,13 @@ use vramkit_trace::Entries;
 
 /// Streams the driver makes up for held blocks start here, far from real handles.
 const HOLD_STREAM_BASE: u64 = u64::MAX - (1 << 40);
+/// A block's model address before the trace names it: its recorded one
+/// (the start state is restored at the recorded addresses).
+const RECORDED: u64 = u64::MAX;
+/// A block's model address when the model failed its `alloc`.
+const FAILED: u64 = u64::MAX - 1;
+/// A block that waits on no event.
+const NOT_HELD: StreamId = StreamId(0);
 
 /// What one entry did to the model.
 #[derive(Debug)]
@@ -49,16 +56,20 @@ pub(crate) enum Step {
 
 pub(crate) struct Driver<'a> {
     events: &'a Entries,
+    /// The block each entry concerns (`blocks`): the index of the two below.
+    blocks: &'a Blocks,
     /// The release runs, classified (judging only).
     runs: &'a [(usize, ReleaseRun)],
     /// The reading so far (being judged) or the one to follow.
     reading: Cow<'a, Reading>,
     /// Follow `reading` instead of judging.
     following: bool,
-    /// Recorded address -> model address (`None`: the model failed it).
-    addr: AddrMap<Option<u64>>,
-    /// Held blocks: recorded address -> the stream of their pending event.
-    holds: AddrMap<StreamId>,
+    /// Per block: its address in the model, [`RECORDED`] or [`FAILED`].
+    addr: Vec<u64>,
+    /// Per block: the stream of the event it waits on (`record_stream`), or [`NOT_HELD`].
+    hold: Vec<StreamId>,
+    /// Blocks that wait on an event.
+    held: usize,
     /// Held blocks whose `free_completed` was left to a synchronisation
     /// that may not come: completed after the next `malloc`.
     overdue: Vec<StreamId>,
@@ -97,30 +108,32 @@ impl<'a> Driver<'a> {
         }
         let routing = route(prepared.trace(), &prepared.start().segments, &pools);
         let reading = Reading { entries: actions.len(), calls: Vec::new(), by_sync, held_pairs: Vec::new(), pools };
-        Driver::with(events, prepared.runs(), Cow::Owned(reading), Cow::Owned(routing), false)
+        Driver::with(prepared, prepared.runs(), Cow::Owned(reading), Cow::Owned(routing), false)
     }
 
     /// A driver that follows the reading judged for `prepared` instead of
     /// judging against its own model.
     pub fn following(prepared: &'a PreparedTrace<'_>, judged: &'a Judged) -> Driver<'a> {
-        let events = &prepared.trace().events;
-        Driver::with(events, &[], Cow::Borrowed(&judged.reading), Cow::Borrowed(&judged.routing), true)
+        Driver::with(prepared, &[], Cow::Borrowed(&judged.reading), Cow::Borrowed(&judged.routing), true)
     }
 
     fn with(
-        events: &'a Entries,
+        prepared: &'a PreparedTrace<'_>,
         runs: &'a [(usize, ReleaseRun)],
         reading: Cow<'a, Reading>,
         routing: Cow<'a, PoolRouting>,
         following: bool,
     ) -> Driver<'a> {
+        let blocks = prepared.blocks();
         Driver {
-            events,
+            events: &prepared.trace().events,
+            blocks,
             runs,
             reading,
             following,
-            addr: AddrMap::default(),
-            holds: AddrMap::default(),
+            addr: vec![RECORDED; blocks.count()],
+            hold: vec![NOT_HELD; blocks.count()],
+            held: 0,
             overdue: Vec::new(),
             next_hold: 0,
             routing,
@@ -138,8 +151,10 @@ impl<'a> Driver<'a> {
         for p in model.held_addresses() {
             let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
             self.next_hold += 1;
-            if model.hold_with_event(p, stream).is_ok() {
-                self.holds.insert(p.0, stream);
+            let block = self.blocks.at_start(p.0);
+            debug_assert!(block.is_some(), "a held block of the start state is numbered");
+            if let Some(block) = block.filter(|_| model.hold_with_event(p, stream).is_ok()) {
+                self.set_hold(block, stream);
             }
         }
     }
@@ -149,8 +164,28 @@ impl<'a> Driver<'a> {
         (self.reading.into_owned(), self.routing.into_owned())
     }
 
-    fn model_addr(&self, recorded: u64) -> Option<u64> {
-        self.addr.get(&recorded).copied().unwrap_or(Some(recorded))
+    /// The model's address of `block`, recorded at `recorded`; `None` if
+    /// the model failed its `alloc`.
+    fn model_addr(&self, block: u32, recorded: u64) -> Option<u64> {
+        match self.addr[block as usize] {
+            RECORDED => Some(recorded),
+            FAILED => None,
+            addr => Some(addr),
+        }
+    }
+
+    fn set_hold(&mut self, block: u32, stream: StreamId) {
+        let slot = &mut self.hold[block as usize];
+        self.held += usize::from(*slot == NOT_HELD);
+        *slot = stream;
+    }
+
+    fn take_hold(&mut self, block: u32) -> Option<StreamId> {
+        let stream = std::mem::replace(&mut self.hold[block as usize], NOT_HELD);
+        (stream != NOT_HELD).then(|| {
+            self.held -= 1;
+            stream
+        })
     }
 
     /// Applies entry `i`.
@@ -166,14 +201,12 @@ impl<'a> Driver<'a> {
                 for stream in self.overdue.drain(..) {
                     model.device_mut().complete_stream(stream);
                 }
-                match &got {
-                    Ok(p) => self.addr.insert(e.addr, Some(p.0)),
-                    Err(_) => self.addr.insert(e.addr, None),
-                };
+                self.addr[self.blocks.of(i) as usize] = got.as_ref().map_or(FAILED, |p| p.0);
                 Step::Alloc(got)
             }
             TraceAction::FreeRequested => {
-                let Some(p) = self.model_addr(e.addr) else { return Step::Other };
+                let block = self.blocks.of(i);
+                let Some(p) = self.model_addr(block, e.addr) else { return Step::Other };
                 let pair = self.events.actions().get(i + 1) == Some(&TraceAction::FreeCompleted) && self.events.addrs()[i + 1] == e.addr;
                 let held_pair = pair
                     && if self.following {
@@ -188,7 +221,7 @@ impl<'a> Driver<'a> {
                     let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
                     self.next_hold += 1;
                     if model.record_stream(DeviceAddr(p), stream).is_ok() {
-                        self.holds.insert(e.addr, stream);
+                        self.set_hold(block, stream);
                     }
                 }
                 let _ = model.free(DeviceAddr(p));
@@ -199,14 +232,15 @@ impl<'a> Driver<'a> {
                 if !self.following && self.reading.by_sync[i] && run_start {
                     self.check_sync_run(model, i);
                 }
-                if let Some(stream) = self.holds.remove(&e.addr) {
+                let block = self.blocks.of(i);
+                if let Some(stream) = self.take_hold(block) {
                     if self.reading.by_sync[i] {
                         self.overdue.push(stream);
                     } else {
                         model.device_mut().complete_stream(stream);
                     }
                 }
-                self.addr.remove(&e.addr);
+                self.addr[block as usize] = RECORDED;
                 Step::Other
             }
             // The recorded addresses are handed out again only where the
@@ -239,7 +273,7 @@ impl<'a> Driver<'a> {
                 let call = if self.following {
                     self.reading.calls.binary_search(&i).is_ok()
                 } else {
-                    let call = replay_as_empty_cache(self.runs, self.events, i, model, !self.holds.is_empty());
+                    let call = replay_as_empty_cache(self.runs, self.events, i, model, self.held > 0);
                     // A retry ladder's last stage is replayed as a release
                     // here, where the model is PyTorch; under other settings
                     // only the user's calls are forced.
@@ -275,10 +309,13 @@ impl<'a> Driver<'a> {
     /// start of the `malloc`, before its cache search, garbage collection
     /// and targeted release.
     fn check_sync_run(&mut self, model: &CachingAllocator<SimDevice>, i: usize) {
-        let run: Vec<u64> =
-            self.events.iter_range(i..self.events.len()).take_while(|e| e.action == TraceAction::FreeCompleted).map(|e| e.addr).collect();
-        let end = i + run.len();
-        let synchronised = self.holds.keys().all(|a| run.contains(a)) && {
+        let run = self.events.actions()[i..].iter().take_while(|&&a| a == TraceAction::FreeCompleted).count();
+        let end = i + run;
+        // The held blocks the run completes: all of them?
+        let mut completed: Vec<u32> = (i..end).map(|j| self.blocks.of(j)).filter(|&b| self.hold[b as usize] != NOT_HELD).collect();
+        completed.sort_unstable();
+        completed.dedup();
+        let synchronised = completed.len() == self.held && {
             // Garbage collection or the targeted stage of the same `malloc`
             // may have released segments just before; the model does that
             // in its own `malloc`, after this.
@@ -316,7 +353,11 @@ impl<'a> Driver<'a> {
         }
         model.process_events();
         for &a in cut_frees {
-            if let Some(p) = self.model_addr(a) {
+            let p = match self.blocks.open_at_end(a) {
+                Some(block) => self.model_addr(block, a),
+                None => Some(a),
+            };
+            if let Some(p) = p {
                 let _ = model.free(DeviceAddr(p));
             }
         }

@@ -10,7 +10,6 @@ use crate::metrics::{LowerBound, Metrics, Sample, Timeline};
 use crate::prepared::PreparedTrace;
 use crate::reading::Reading;
 use crate::trace::DeviceTrace;
-use crate::AddrMap;
 use crate::ReplayError;
 use std::sync::Arc;
 use vramkit_core::{AllocatorConfig, Error, SegmentInfo, TraceAction};
@@ -102,19 +101,21 @@ pub(crate) fn run(
     let mut timeline = Timeline::new(m.events, timeline_points);
     let mut driver = prepared.following_driver()?;
     driver.begin(&mut model);
-    let mut live_requested: AddrMap<u64> = AddrMap::default();
-    let mut failed: AddrMap<()> = AddrMap::default();
+    // Per block (`blocks`): the bytes it asked for, and whether the model failed it.
+    let blocks = prepared.blocks();
+    let mut requested: Vec<Option<u64>> = vec![None; blocks.count()];
+    let mut failed: Vec<bool> = vec![false; blocks.count()];
     let mut peak_reserved = 0i64;
     let mut largest_at_peak = 0u64;
     let mut peak = keep_peak.then(|| PeakState { event: 0, segments: model.segments() });
     for (i, e) in trace.events.iter().enumerate() {
         match driver.step(&mut model, i) {
             Step::Alloc(Ok(_)) => {
-                live_requested.insert(e.addr, e.size);
+                requested[blocks.of(i) as usize] = Some(e.size);
                 lower.add(e.size);
             }
             Step::Alloc(Err(Error::OutOfMemory(_))) => {
-                failed.insert(e.addr, ());
+                failed[blocks.of(i) as usize] = true;
                 m.oom_count += 1;
                 m.first_oom_event.get_or_insert(i as u64);
             }
@@ -126,8 +127,11 @@ pub(crate) fn run(
                 m.first_oom_event.get_or_insert(i as u64);
             }
             _ => {
-                if e.action == TraceAction::FreeCompleted && failed.remove(&e.addr).is_none() {
-                    lower.remove(live_requested.remove(&e.addr).unwrap_or(e.size));
+                if e.action == TraceAction::FreeCompleted {
+                    let b = blocks.of(i) as usize;
+                    if !std::mem::take(&mut failed[b]) {
+                        lower.remove(requested[b].take().unwrap_or(e.size));
+                    }
                 }
             }
         }

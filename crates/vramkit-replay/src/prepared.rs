@@ -13,6 +13,7 @@
 //! candidate, `doctor` explains, `report` draws and `verify` checks from
 //! this one value.
 
+use crate::blocks::Blocks;
 use crate::doctor::OomExplanation;
 use crate::drive::Driver;
 use crate::metrics::Metrics;
@@ -47,6 +48,8 @@ pub struct PreparedTrace<'t> {
     /// The highest end of any range the trace, its end state or its start
     /// state mention: model replays hand out new segments above it.
     top_address: u64,
+    /// The block each entry concerns, numbered.
+    blocks: Blocks,
     /// The reading and the routing it implies, judged once.
     judged: OnceLock<Result<Judged, ReplayError>>,
 }
@@ -84,6 +87,8 @@ impl<'t> PreparedTrace<'t> {
             .chain(events.iter().filter(|e| e.action != TraceAction::Oom).map(|e| e.addr + e.size))
             .max()
             .unwrap_or(0);
+        let live_at_start = start.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()).map(|b| b.address);
+        let blocks = Blocks::number(events, live_at_start);
         Ok(PreparedTrace {
             trace,
             recorded,
@@ -92,6 +97,7 @@ impl<'t> PreparedTrace<'t> {
             runs,
             inferred_capacity_bytes,
             top_address,
+            blocks,
             judged: OnceLock::new(),
         })
     }
@@ -131,6 +137,11 @@ impl<'t> PreparedTrace<'t> {
     /// The highest end of any range the trace and its states mention.
     pub(crate) fn top_address(&self) -> u64 {
         self.top_address
+    }
+
+    /// The block each entry concerns.
+    pub(crate) fn blocks(&self) -> &Blocks {
+        &self.blocks
     }
 
     /// How the trace reads: judged the first time it is asked for, by a

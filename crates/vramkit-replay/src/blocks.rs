@@ -1,0 +1,96 @@
+//! Which block each entry of a trace is about, as a small number.
+//!
+//! A replay keeps state per recorded block (the model's address for it,
+//! the event it waits on, the bytes it asked for). Keyed by recorded
+//! address, that is a hash map insert, lookup and removal per entry; so
+//! the trace's blocks are numbered once, when it is prepared, and replays
+//! index vectors instead. A block is one life of an address: it begins at
+//! the first `alloc`, `free_requested` or `free_completed` that names the
+//! address while no block of it is open, and ends at its `free_completed`.
+//! An `alloc` at an address whose block is still open continues that
+//! block, as a map keyed by address would. A block a free begins was live
+//! when the window opened (or the trace is inconsistent there): it keeps
+//! one number per address for the whole trace, as the start state's other
+//! active blocks do. The number of a block an `alloc` began is handed out
+//! again once the block ended, so numbers stay below the number of blocks
+//! live at once plus those live at the start.
+
+use crate::AddrMap;
+use vramkit_core::TraceAction;
+use vramkit_trace::Entries;
+
+/// Marks an entry that concerns no block.
+pub(crate) const NO_BLOCK: u32 = u32::MAX;
+
+/// The block numbers of a trace's entries.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Blocks {
+    /// Per entry: its block, or [`NO_BLOCK`].
+    of_entry: Vec<u32>,
+    /// Numbers in use: every block is below this.
+    count: u32,
+    /// Blocks live when the window opens, by address: those a free begins,
+    /// and the start state's other active blocks.
+    at_start: AddrMap<u32>,
+    /// Blocks still open after the last entry, by address.
+    open_at_end: AddrMap<u32>,
+}
+
+impl Blocks {
+    /// Numbers the blocks of `events`, and the start state's active blocks
+    /// at `start_blocks`.
+    pub(crate) fn number(events: &Entries, start_blocks: impl Iterator<Item = u64>) -> Blocks {
+        let mut open: AddrMap<u32> = AddrMap::default();
+        let mut at_start: AddrMap<u32> = AddrMap::default();
+        // Per number: it is a block `alloc` began, to be handed out again.
+        let mut reusable: Vec<bool> = Vec::new();
+        let mut unused: Vec<u32> = Vec::new();
+        let mut of_entry = Vec::with_capacity(events.len());
+        let fresh = |reusable: &mut Vec<bool>, again: bool| {
+            reusable.push(again);
+            reusable.len() as u32 - 1
+        };
+        for e in events {
+            let id = match e.action {
+                TraceAction::Alloc => *open.entry(e.addr).or_insert_with(|| unused.pop().unwrap_or_else(|| fresh(&mut reusable, true))),
+                TraceAction::FreeRequested => {
+                    *open.entry(e.addr).or_insert_with(|| *at_start.entry(e.addr).or_insert_with(|| fresh(&mut reusable, false)))
+                }
+                TraceAction::FreeCompleted => {
+                    let id = open.remove(&e.addr).unwrap_or_else(|| *at_start.entry(e.addr).or_insert_with(|| fresh(&mut reusable, false)));
+                    if reusable[id as usize] {
+                        unused.push(id);
+                    }
+                    id
+                }
+                _ => NO_BLOCK,
+            };
+            of_entry.push(id);
+        }
+        for addr in start_blocks {
+            at_start.entry(addr).or_insert_with(|| fresh(&mut reusable, false));
+        }
+        Blocks { of_entry, count: reusable.len() as u32, at_start, open_at_end: open }
+    }
+
+    /// The block entry `i` concerns, or [`NO_BLOCK`].
+    #[inline]
+    pub(crate) fn of(&self, i: usize) -> u32 {
+        self.of_entry[i]
+    }
+
+    /// How many numbers are in use.
+    pub(crate) fn count(&self) -> usize {
+        self.count as usize
+    }
+
+    /// The block live at the start at `addr`, if there is one.
+    pub(crate) fn at_start(&self, addr: u64) -> Option<u32> {
+        self.at_start.get(&addr).copied()
+    }
+
+    /// The block open at `addr` after the last entry, if there is one.
+    pub(crate) fn open_at_end(&self, addr: u64) -> Option<u32> {
+        self.open_at_end.get(&addr).copied()
+    }
+}
