@@ -12,7 +12,7 @@ use crate::prepared::PreparedTrace;
 use crate::reading::Reading;
 use crate::trace::DeviceTrace;
 use crate::ReplayError;
-use vramkit_core::{AllocatorConfig, BlockState, HistoryConfig, SegmentInfo, TraceAction};
+use vramkit_core::{AllocatorConfig, BlockState, CachingAllocator, HistoryConfig, SegmentInfo, TraceAction};
 use vramkit_sim::SimDevice;
 use vramkit_trace::{Entries, Entry};
 
@@ -166,9 +166,7 @@ fn one_pass(
         .with_total_bytes(capacity_bytes.unwrap_or(u64::MAX))
         .with_recorded_addresses();
     let mut model = prepared.start_model(config, device)?;
-    if compare == Compare::All {
-        model.record_history(Some(HistoryConfig { record_trace: true, max_entries: usize::MAX, context: vramkit_core::ContextLevel::Never }));
-    }
+    let mut log = (compare == Compare::All).then(|| SegmentLog::start(&mut model));
 
     let events = &trace.events;
     let mut driver = Driver::judging(prepared, overrides.clone());
@@ -206,16 +204,16 @@ fn one_pass(
             }
             _ => {}
         }
+        if let Some(log) = &mut log {
+            log.after_entry(&mut model);
+        }
     }
     driver.finish(&mut model, &start.cut_frees);
     let judged = driver.into_judgement();
 
-    let (recorded, predicted): (Vec<SegmentEvent>, Vec<SegmentEvent>) = match compare {
-        Compare::All => (
-            segment_events(events.iter()),
-            segment_events(model.snapshot().device_traces.iter().flatten().map(|e| Entry { action: e.action, addr: e.addr, size: e.size, stream: e.stream })),
-        ),
-        Compare::Placements => (Vec::new(), Vec::new()),
+    let (recorded, predicted): (Vec<SegmentEvent>, Vec<SegmentEvent>) = match log {
+        Some(log) => (segment_events(events.iter()), log.finish(&mut model)),
+        None => (Vec::new(), Vec::new()),
     };
     let segment_events_identical = recorded == predicted;
     let mut segment_divergence = None;
@@ -263,6 +261,45 @@ fn one_pass(
 
 /// A segment event as compared: (action, address, bytes).
 type SegmentEvent = (TraceAction, u64, u64);
+
+/// The segment events a model makes, read off its history every
+/// [`SegmentLog::CHUNK`] entries, so that the history never holds a whole
+/// long trace (a million `TraceEntry` values are over 100 MB).
+struct SegmentLog {
+    events: Vec<SegmentEvent>,
+    /// Trace entries applied since the history was last read.
+    pending: usize,
+}
+
+impl SegmentLog {
+    const CHUNK: usize = 1 << 16;
+    const HISTORY: HistoryConfig = HistoryConfig { record_trace: true, max_entries: usize::MAX, context: vramkit_core::ContextLevel::Never };
+
+    fn start(model: &mut CachingAllocator<SimDevice>) -> SegmentLog {
+        model.record_history(Some(Self::HISTORY));
+        SegmentLog { events: Vec::new(), pending: 0 }
+    }
+
+    fn after_entry(&mut self, model: &mut CachingAllocator<SimDevice>) {
+        self.pending += 1;
+        if self.pending == Self::CHUNK {
+            self.read(model);
+        }
+    }
+
+    /// Reads the history so far and starts it again.
+    fn read(&mut self, model: &mut CachingAllocator<SimDevice>) {
+        let history = model.snapshot().device_traces.into_iter().flatten();
+        self.events.extend(segment_events(history.map(|e| Entry { action: e.action, addr: e.addr, size: e.size, stream: e.stream })));
+        model.record_history(Some(Self::HISTORY));
+        self.pending = 0;
+    }
+
+    fn finish(mut self, model: &mut CachingAllocator<SimDevice>) -> Vec<SegmentEvent> {
+        self.read(model);
+        self.events
+    }
+}
 
 fn segment_events(entries: impl Iterator<Item = Entry>) -> Vec<SegmentEvent> {
     entries
