@@ -11,7 +11,10 @@
 //! the run, as PyTorch's ring buffer would keep them.
 
 use std::sync::Arc;
-use vramkit_core::{AllocatorConfig, CachingAllocator, ContextLevel, DeviceAddr, Frame, Frames, HistoryConfig, Snapshot, StreamId};
+use vramkit_core::{
+    AllocatorConfig, CachingAllocator, ContextLevel, DeviceAddr, Frame, Frames, HistoryConfig, SegmentInfo, Snapshot, StreamId, TraceAction,
+    TraceEntry,
+};
 use vramkit_sim::{EventMode, SimDevice};
 use vramkit_sim::XorShift;
 
@@ -47,73 +50,135 @@ fn stack(frames: &[(&str, i64, &str)]) -> Frames {
 
 /// Records the workload and returns its snapshot (device 0, one stream).
 pub fn record(workload: &Workload) -> Snapshot {
-    let sites = Sites::new();
-    let mut a = CachingAllocator::new(SimDevice::new(u64::MAX).with_event_mode(EventMode::Immediate), workload.config.clone());
-    a.record_history(Some(HistoryConfig { record_trace: true, max_entries: workload.events.max(1), context: ContextLevel::Alloc }));
-    let mut rng = XorShift::new(workload.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let stream = StreamId(0);
-    // Entries made so far: one per alloc, two per free, plus segment events
-    // (not counted, so the run may go a little past `events`; the ring keeps the last ones).
-    let mut made = 0usize;
-    let alloc = |a: &mut CachingAllocator<SimDevice>, size: u64, site: &Frames, made: &mut usize| -> DeviceAddr {
-        *made += 1;
-        a.malloc_with_context(size.max(1), stream, Some(site.clone())).expect("an unlimited device")
-    };
-    let free = |a: &mut CachingAllocator<SimDevice>, p: DeviceAddr, made: &mut usize| {
-        *made += 2;
-        a.free(p).expect("allocated above");
-    };
+    let mut entries = Vec::with_capacity(workload.events);
+    let segments = stream(workload, |e| entries.push(e.clone()));
+    Snapshot { segments, device_traces: vec![entries] }
+}
 
-    let hidden = 1024 + 256 * rng.below(8);
-    let mut weights = Vec::new();
-    for _ in 0..workload.layers {
-        weights.push(alloc(&mut a, 4 * hidden * hidden * 4, &sites.weights, &mut made));
-        weights.push(alloc(&mut a, hidden * 4, &sites.bias, &mut made));
+/// Records the workload, handing each entry of its trace to `out` as it is
+/// made, so a trace of any length is never held whole; returns the segments
+/// after the last entry. The entries are those [`record`] keeps: the last
+/// `events` the program makes, as PyTorch's ring buffer keeps them, so the
+/// program runs twice, the first time to count them.
+pub fn stream(workload: &Workload, mut out: impl FnMut(&TraceEntry)) -> Vec<SegmentInfo> {
+    let mut made = 0usize;
+    recorded_run(workload, |_| made += 1);
+    let skip = made.saturating_sub(workload.events.max(1));
+    let mut seen = 0usize;
+    recorded_run(workload, |e| {
+        if seen >= skip {
+            out(e);
+        }
+        seen += 1;
+    })
+}
+
+/// Trace entries a recording holds before they are handed on (and the
+/// history started again).
+const CHUNK: usize = 1 << 16;
+const HISTORY: HistoryConfig = HistoryConfig { record_trace: true, max_entries: usize::MAX, context: ContextLevel::Alloc };
+
+/// Runs the workload with history recorded from the first operation,
+/// handing every entry to `each` (the last one the `snapshot` entry that
+/// taking the snapshot appends); returns the segments at the end.
+fn recorded_run(workload: &Workload, mut each: impl FnMut(&TraceEntry)) -> Vec<SegmentInfo> {
+    let mut a = CachingAllocator::new(SimDevice::new(u64::MAX).with_event_mode(EventMode::Immediate), workload.config.clone());
+    a.record_history(Some(HISTORY));
+    let mut pending = 0usize;
+    let after = |a: &mut CachingAllocator<SimDevice>| {
+        pending += 1;
+        if pending == CHUNK {
+            pending = 0;
+            // Taking a snapshot appends an entry of its own: not the program's.
+            let snapshot = a.snapshot();
+            snapshot.device_traces.iter().flatten().filter(|e| e.action != TraceAction::Snapshot).for_each(&mut each);
+            a.record_history(Some(HISTORY));
+        }
+    };
+    Program { a: &mut a, made: 0, after }.run(workload);
+    let snapshot = a.snapshot();
+    snapshot.device_traces.iter().flatten().for_each(&mut each);
+    snapshot.segments
+}
+
+/// The imitated training program, on an allocator.
+struct Program<'a, F> {
+    a: &'a mut CachingAllocator<SimDevice>,
+    /// Entries made so far: one per alloc, two per free, plus segment
+    /// events (not counted, so the run may go a little past `events`; the
+    /// ring keeps the last ones).
+    made: usize,
+    /// Called after each allocation and free.
+    after: F,
+}
+
+impl<F: FnMut(&mut CachingAllocator<SimDevice>)> Program<'_, F> {
+    fn alloc(&mut self, size: u64, site: &Frames) -> DeviceAddr {
+        self.made += 1;
+        let p = self.a.malloc_with_context(size.max(1), StreamId(0), Some(site.clone())).expect("an unlimited device");
+        (self.after)(self.a);
+        p
     }
-    let mut optimizer_state: Vec<DeviceAddr> = Vec::new();
-    while made < workload.events {
-        let tokens = 512 * (1 + rng.below(8));
-        let mut activations: Vec<DeviceAddr> = Vec::new();
+
+    fn free(&mut self, p: DeviceAddr) {
+        self.made += 2;
+        self.a.free(p).expect("allocated above");
+        (self.after)(self.a);
+    }
+
+    fn run(&mut self, workload: &Workload) {
+        let sites = Sites::new();
+        let mut rng = XorShift::new(workload.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let hidden = 1024 + 256 * rng.below(8);
+        let mut weights = Vec::new();
         for _ in 0..workload.layers {
-            if made >= workload.events {
-                break;
-            }
-            activations.push(alloc(&mut a, tokens * hidden * 4, &sites.activation, &mut made));
-            activations.push(alloc(&mut a, tokens * hidden * 4 * 4, &sites.mlp, &mut made));
-            let scores = alloc(&mut a, tokens * tokens * 2 * (1 + rng.below(4)), &sites.attention, &mut made);
-            for _ in 0..rng.below(6) {
-                let t = alloc(&mut a, 512 + rng.below(256 << 10), &sites.temporary, &mut made);
-                free(&mut a, t, &mut made);
-            }
-            free(&mut a, scores, &mut made);
+            weights.push(self.alloc(4 * hidden * hidden * 4, &sites.weights));
+            weights.push(self.alloc(hidden * 4, &sites.bias));
         }
-        let loss = alloc(&mut a, tokens * 4, &sites.loss, &mut made);
-        let mut grads = Vec::new();
-        while let Some(act) = activations.pop() {
-            if made >= workload.events {
-                break;
-            }
-            let g = alloc(&mut a, tokens * hidden * 4 + rng.below(MIB), &sites.backward, &mut made);
-            free(&mut a, act, &mut made);
-            if activations.len() % 2 == 0 {
-                grads.push(alloc(&mut a, 4 * hidden * hidden * 4, &sites.grad, &mut made));
-            }
-            free(&mut a, g, &mut made);
-        }
-        for act in activations {
-            free(&mut a, act, &mut made);
-        }
-        free(&mut a, loss, &mut made);
-        if optimizer_state.is_empty() {
+        let mut optimizer_state: Vec<DeviceAddr> = Vec::new();
+        while self.made < workload.events {
+            let tokens = 512 * (1 + rng.below(8));
+            let mut activations: Vec<DeviceAddr> = Vec::new();
             for _ in 0..workload.layers {
-                optimizer_state.push(alloc(&mut a, 2 * 4 * hidden * hidden * 4, &sites.optimizer, &mut made));
+                if self.made >= workload.events {
+                    break;
+                }
+                activations.push(self.alloc(tokens * hidden * 4, &sites.activation));
+                activations.push(self.alloc(tokens * hidden * 4 * 4, &sites.mlp));
+                let scores = self.alloc(tokens * tokens * 2 * (1 + rng.below(4)), &sites.attention);
+                for _ in 0..rng.below(6) {
+                    let t = self.alloc(512 + rng.below(256 << 10), &sites.temporary);
+                    self.free(t);
+                }
+                self.free(scores);
             }
-        }
-        for g in grads {
-            free(&mut a, g, &mut made);
+            let loss = self.alloc(tokens * 4, &sites.loss);
+            let mut grads = Vec::new();
+            while let Some(act) = activations.pop() {
+                if self.made >= workload.events {
+                    break;
+                }
+                let g = self.alloc(tokens * hidden * 4 + rng.below(MIB), &sites.backward);
+                self.free(act);
+                if activations.len() % 2 == 0 {
+                    grads.push(self.alloc(4 * hidden * hidden * 4, &sites.grad));
+                }
+                self.free(g);
+            }
+            for act in activations {
+                self.free(act);
+            }
+            self.free(loss);
+            if optimizer_state.is_empty() {
+                for _ in 0..workload.layers {
+                    optimizer_state.push(self.alloc(2 * 4 * hidden * hidden * 4, &sites.optimizer));
+                }
+            }
+            for g in grads {
+                self.free(g);
+            }
         }
     }
-    a.snapshot()
 }
 
 struct Sites {

@@ -25,8 +25,10 @@
 //! entries are the core's [`TraceEntry`](vramkit_core::TraceEntry) values.
 //! Writing runs the other way: `encode/` turns a [`SnapshotFile`] into a
 //! [`Value`] of PyTorch's shape (shared stacks stay shared), and
-//! [`pickle::write`] or `json.rs` serialises it. The RMM log reader
-//! ([`rmm`]) is separate: CSV lines straight to trace entries.
+//! [`pickle::write`] or `json.rs` serialises it; a trace too long to hold
+//! is streamed out entry by entry instead ([`PickleStream`], `stream.rs`,
+//! over the same encoder and writer). The RMM log reader ([`rmm`]) is
+//! separate: CSV lines straight to trace entries.
 //!
 //! The data types stand on their own: `file.rs` ([`SnapshotFile`] and what
 //! it holds), `trace_file.rs` ([`TraceFile`]), `entries.rs` ([`Entries`]),
@@ -51,6 +53,7 @@ pub mod pickle;
 mod read;
 pub mod rmm;
 mod settings;
+mod stream;
 mod trace_file;
 mod tree;
 mod words;
@@ -65,5 +68,6 @@ pub use legacy::{HistoryEntry, LegacyHistory};
 pub use pickle::value::Value;
 pub use read::{read_snapshot, read_snapshot_bytes, read_trace_file, read_trace_file_bytes, sniff, Encoding};
 pub use settings::AllocatorSettings;
+pub use stream::PickleStream;
 pub use trace_file::TraceFile;
 pub use write::{write_json, write_pickle, write_pickle_protocol};

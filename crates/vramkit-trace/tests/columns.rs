@@ -3,7 +3,7 @@
 //! file or read from bytes, whatever the window boundaries, `FRAME`s and
 //! memo references to an entry's dict.
 
-use crate::common::temp_path;
+use crate::common::{small_snapshot, temp_path};
 use std::sync::Arc;
 use vramkit_core::snapshot::{Frame, Frames, Snapshot, TraceAction, TraceEntry};
 use vramkit_trace::pickle::write::{to_vec, write_value};
@@ -113,4 +113,18 @@ fn frames_inside_entries_change_nothing() {
     let read = read_trace_file_bytes(&framed).expect("reads");
     assert_eq!(read, read_trace_file_bytes(&bytes).expect("reads"));
     assert_eq!(read.into_snapshot_file().snapshot, file.snapshot);
+}
+
+#[test]
+fn a_streamed_pickle_reads_as_the_written_one() {
+    let file = long_trace(5_000);
+    let mut stream = vramkit_trace::PickleStream::new(Vec::new()).expect("starts");
+    for e in &file.snapshot.device_traces[1] {
+        stream.entry(e).expect("writes");
+    }
+    let segments = read_snapshot_bytes(&small_snapshot()).expect("reads").snapshot.segments;
+    let bytes = stream.finish(segments.clone()).expect("ends");
+    let read = read_snapshot_bytes(&bytes).expect("reads");
+    assert_eq!(read.snapshot.segments, segments);
+    assert_eq!(read.snapshot.device_traces, vec![file.snapshot.device_traces[1].clone()]);
 }

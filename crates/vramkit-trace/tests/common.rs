@@ -29,3 +29,8 @@ pub fn expected() -> serde_json::Value {
 pub fn temp_path(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("vramkit-trace-{}-{tag}", std::process::id()))
 }
+
+/// The bytes of a small real snapshot with segments and a trace.
+pub fn small_snapshot() -> Vec<u8> {
+    std::fs::read(traces_dir().join("pytorch_snapshots/cs336_silmont2000__mem_snapshot.pickle")).expect("readable")
+}

@@ -3,15 +3,18 @@
 
 use crate::pickle::value::Value;
 use std::collections::{BTreeSet, HashMap};
-use vramkit_core::snapshot::Frame;
+use vramkit_core::snapshot::{Frame, Frames};
 
-/// Per-write caches.
-pub(super) struct Encoder<'f> {
+/// Per-write caches. They keep what they are keyed by (a stack's `Arc`
+/// stays alive, so its address is not handed to another stack while a
+/// stream of entries is written).
+#[derive(Debug)]
+pub(crate) struct Encoder {
     keys: HashMap<&'static str, Value>,
-    /// One list value per distinct `Frames` allocation.
-    pub(super) frames: HashMap<usize, Value>,
+    /// One list value per distinct `Frames` allocation, by its address.
+    pub(super) frames: HashMap<usize, (Frames, Value)>,
     /// One dict value per distinct frame content.
-    pub(super) frame_dicts: HashMap<&'f Frame, Value>,
+    pub(super) frame_dicts: HashMap<Frame, Value>,
 }
 
 /// An unsigned quantity (an address, a size, a count), as the int it is.
@@ -31,13 +34,13 @@ pub(super) fn want(keys: Option<&BTreeSet<String>>, key: &str) -> bool {
     keys.is_none_or(|set| set.contains(key))
 }
 
-impl<'f> Encoder<'f> {
-    pub(super) fn new() -> Encoder<'f> {
+impl Encoder {
+    pub(crate) fn new() -> Encoder {
         Encoder { keys: HashMap::new(), frames: HashMap::new(), frame_dicts: HashMap::new() }
     }
 
     /// A dict key; one shared string per name.
-    pub(super) fn key(&mut self, name: &'static str) -> Value {
+    pub(crate) fn key(&mut self, name: &'static str) -> Value {
         self.keys.entry(name).or_insert_with(|| Value::str(name)).clone()
     }
 }

@@ -6,19 +6,19 @@ use crate::pickle::value::Value;
 use std::sync::Arc;
 use vramkit_core::snapshot::{Frame, Frames};
 
-impl<'f> Encoder<'f> {
-    pub(super) fn frames(&mut self, frames: &'f Frames) -> Value {
+impl Encoder {
+    pub(super) fn frames(&mut self, frames: &Frames) -> Value {
         let id = Arc::as_ptr(frames) as *const Frame as usize;
-        if let Some(value) = self.frames.get(&id) {
+        if let Some((_, value)) = self.frames.get(&id) {
             return value.clone();
         }
         let items = frames.iter().map(|frame| self.frame(frame)).collect();
         let value = Value::list(items);
-        self.frames.insert(id, value.clone());
+        self.frames.insert(id, (frames.clone(), value.clone()));
         value
     }
 
-    fn frame(&mut self, frame: &'f Frame) -> Value {
+    fn frame(&mut self, frame: &Frame) -> Value {
         if let Some(value) = self.frame_dicts.get(frame) {
             return value.clone();
         }
@@ -27,7 +27,7 @@ impl<'f> Encoder<'f> {
             (self.key("filename"), Value::str(&frame.filename)),
             (self.key("line"), Value::Int(frame.line)),
         ]);
-        self.frame_dicts.insert(frame, value.clone());
+        self.frame_dicts.insert(frame.clone(), value.clone());
         value
     }
 }

@@ -4,10 +4,10 @@ use super::encoder::{int, Encoder};
 use crate::pickle::value::Value;
 use vramkit_core::snapshot::Frames;
 
-impl<'f> Encoder<'f> {
+impl Encoder {
     /// The `history` value of a block when writing the legacy layout, from
     /// `(addr, real_size, frames)` triples, oldest first.
-    pub(super) fn history(&mut self, entries: impl IntoIterator<Item = (u64, u64, Option<&'f Frames>)>) -> Value {
+    pub(super) fn history<'a>(&mut self, entries: impl IntoIterator<Item = (u64, u64, Option<&'a Frames>)>) -> Value {
         let items = entries
             .into_iter()
             .map(|(addr, real_size, frames)| {

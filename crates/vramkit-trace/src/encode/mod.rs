@@ -24,7 +24,7 @@ mod trace;
 
 use crate::file::SnapshotFile;
 use crate::pickle::value::Value;
-use encoder::Encoder;
+pub(crate) use encoder::Encoder;
 
 /// The whole file as one value.
 pub fn to_value(file: &SnapshotFile) -> Value {

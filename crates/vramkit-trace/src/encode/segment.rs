@@ -6,12 +6,12 @@ use crate::pickle::value::Value;
 use std::sync::Arc;
 use vramkit_core::snapshot::{BlockInfo, SegmentInfo};
 
-impl<'f> Encoder<'f> {
+impl Encoder {
     pub(super) fn segment(
         &mut self,
-        file: &'f SnapshotFile,
+        file: &SnapshotFile,
         index: usize,
-        segment: &'f SegmentInfo,
+        segment: &SegmentInfo,
         legacy_blocks: bool,
     ) -> Value {
         let keys = file.keys.as_ref().map(|k| &k.segment);
@@ -52,10 +52,10 @@ impl<'f> Encoder<'f> {
 
     fn block(
         &mut self,
-        file: &'f SnapshotFile,
+        file: &SnapshotFile,
         segment: usize,
         index: usize,
-        block: &'f BlockInfo,
+        block: &BlockInfo,
         legacy_blocks: bool,
     ) -> Value {
         let keys = file.keys.as_ref().map(|k| &k.block);

@@ -5,7 +5,7 @@ use super::encoder::{int, Encoder};
 use crate::pickle::value::Value;
 use crate::settings::AllocatorSettings;
 
-impl Encoder<'_> {
+impl Encoder {
     pub(super) fn settings(&mut self, settings: &AllocatorSettings) -> Value {
         let mut pairs = Vec::new();
         if let Some(conf) = &settings.pytorch_cuda_alloc_conf {

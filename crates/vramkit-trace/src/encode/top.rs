@@ -5,18 +5,10 @@ use super::encoder::{want, Encoder};
 use crate::file::{SnapshotFile, SnapshotFormat};
 use crate::pickle::value::Value;
 
-impl<'f> Encoder<'f> {
-    pub(super) fn file(&mut self, file: &'f SnapshotFile) -> Value {
+impl Encoder {
+    pub(super) fn file(&mut self, file: &SnapshotFile) -> Value {
         let keys = file.keys.as_ref();
-        let legacy_blocks = file.format == SnapshotFormat::Legacy || file.legacy_history.is_some();
-        let segments: Vec<Value> = file
-            .snapshot
-            .segments
-            .iter()
-            .enumerate()
-            .map(|(s, segment)| self.segment(file, s, segment, legacy_blocks))
-            .collect();
-        let segments = Value::list(segments);
+        let segments = self.segments(file);
         if file.format == SnapshotFormat::SegmentList {
             return segments;
         }
@@ -38,5 +30,12 @@ impl<'f> Encoder<'f> {
             pairs.push((Value::str(key), value.clone()));
         }
         Value::dict(pairs)
+    }
+
+    /// The file's segments, as the list of dicts PyTorch writes.
+    pub(crate) fn segments(&mut self, file: &SnapshotFile) -> Value {
+        let legacy_blocks = file.format == SnapshotFormat::Legacy || file.legacy_history.is_some();
+        let segments = file.snapshot.segments.iter().enumerate().map(|(s, segment)| self.segment(file, s, segment, legacy_blocks));
+        Value::list(segments.collect())
     }
 }

@@ -5,8 +5,8 @@ use crate::file::SnapshotFile;
 use crate::pickle::value::Value;
 use vramkit_core::snapshot::{TraceAction, TraceEntry};
 
-impl<'f> Encoder<'f> {
-    pub(super) fn trace(&mut self, file: &'f SnapshotFile, device: usize) -> Value {
+impl Encoder {
+    pub(super) fn trace(&mut self, file: &SnapshotFile, device: usize) -> Value {
         let entries: &[TraceEntry] = file.snapshot.device_traces.get(device).map_or(&[], Vec::as_slice);
         let mut skipped = file.skipped_entries.iter().filter(|s| s.device == device).peekable();
         let mut out = Vec::with_capacity(entries.len());
@@ -28,7 +28,12 @@ impl<'f> Encoder<'f> {
         Value::list(out)
     }
 
-    fn entry(&mut self, entry: &'f TraceEntry) -> Value {
+    fn entry(&mut self, entry: &TraceEntry) -> Value {
+        Value::dict(self.entry_pairs(entry))
+    }
+
+    /// An entry dict's pairs, in the order PyTorch writes them.
+    pub(crate) fn entry_pairs(&mut self, entry: &TraceEntry) -> Vec<(Value, Value)> {
         let mut pairs = Vec::with_capacity(8);
         pairs.push((self.key("action"), self.key(entry.action.as_str())));
         let addr_key = if entry.action == TraceAction::Oom { "device_free" } else { "addr" };
@@ -48,6 +53,6 @@ impl<'f> Encoder<'f> {
             let frames = self.frames(frames);
             pairs.push((self.key("frames"), frames));
         }
-        Value::dict(pairs)
+        pairs
     }
 }

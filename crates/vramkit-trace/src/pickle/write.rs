@@ -11,34 +11,20 @@ use super::value::Value;
 use crate::error::TraceError;
 use std::collections::HashMap;
 use std::io::Write;
+use std::sync::Arc;
 
 /// Deepest nesting written (values read by this crate are never deeper).
 const MAX_DEPTH: usize = 200;
 /// Items per `APPENDS`/`SETITEMS` batch (CPython's `_BATCHSIZE`).
-const BATCH: usize = 1000;
+pub(crate) const BATCH: usize = 1000;
 /// Bytes buffered before they go to the underlying writer.
 const FLUSH_AT: usize = 1 << 16;
 
 /// Writes `value` as one pickle of `protocol` (2, 3 or 4).
 pub fn write_value(value: &Value, protocol: u8, out: impl Write) -> Result<(), TraceError> {
-    if !(2..=4).contains(&protocol) {
-        return Err(TraceError::Encode {
-            key_path: "<root>".to_owned(),
-            message: format!("expected pickle protocol 2, 3 or 4 (what the viewer reads), got {protocol}"),
-        });
-    }
-    let mut writer = Writer {
-        out,
-        buf: Vec::with_capacity(FLUSH_AT * 2),
-        protocol,
-        by_ptr: HashMap::new(),
-        by_str: HashMap::new(),
-        next: 0,
-    };
-    writer.buf.extend_from_slice(&[op::PROTO, protocol]);
+    let mut writer = Writer::new(out, protocol)?;
     writer.value(value, 0)?;
-    writer.buf.push(op::STOP);
-    writer.flush()
+    writer.finish().map(drop)
 }
 
 /// Writes `value` as a protocol-4 pickle into a new vector.
@@ -48,25 +34,83 @@ pub fn to_vec(value: &Value) -> Result<Vec<u8>, TraceError> {
     Ok(out)
 }
 
-struct Writer<'v, W> {
+/// A pickle being written, value by value, with one memo throughout: a
+/// container or string written once is referred to after that.
+pub(crate) struct Writer<W> {
     out: W,
     buf: Vec<u8>,
     protocol: u8,
-    /// Memo index of each container written, by the address of its `Arc`.
-    by_ptr: HashMap<usize, u32>,
+    /// Memo index of each container written, by the address of its `Arc`
+    /// (kept, so that no other container takes that address).
+    by_ptr: HashMap<usize, (u32, Value)>,
     /// Memo index of each string written, by content.
-    by_str: HashMap<&'v str, u32>,
+    by_str: HashMap<Arc<str>, u32>,
     next: u32,
 }
 
-impl<'v, W: Write> Writer<'v, W> {
+impl<W: Write> Writer<W> {
+    /// Starts a pickle of `protocol` (2, 3 or 4).
+    pub(crate) fn new(out: W, protocol: u8) -> Result<Writer<W>, TraceError> {
+        if !(2..=4).contains(&protocol) {
+            return Err(TraceError::Encode {
+                key_path: "<root>".to_owned(),
+                message: format!("expected pickle protocol 2, 3 or 4 (what the viewer reads), got {protocol}"),
+            });
+        }
+        let mut buf = Vec::with_capacity(FLUSH_AT * 2);
+        buf.extend_from_slice(&[op::PROTO, protocol]);
+        Ok(Writer { out, buf, protocol, by_ptr: HashMap::new(), by_str: HashMap::new(), next: 0 })
+    }
+
+    /// Ends the pickle (`STOP`) and hands back the output.
+    pub(crate) fn finish(mut self) -> Result<W, TraceError> {
+        self.buf.push(op::STOP);
+        self.flush()?;
+        Ok(self.out)
+    }
+
+    /// One opcode without argument (`MARK`, `APPEND`, `SETITEMS`, ...).
+    pub(crate) fn op(&mut self, code: u8) {
+        self.buf.push(code);
+    }
+
+    /// A dict no other value shares (never memoized, so it need not stay
+    /// alive): a trace entry streamed out.
+    pub(crate) fn unshared_dict(&mut self, pairs: &[(Value, Value)]) -> Result<(), TraceError> {
+        self.buf.push(op::EMPTY_DICT);
+        self.pairs(pairs, 0)
+    }
+
     fn flush(&mut self) -> Result<(), TraceError> {
         self.out.write_all(&self.buf).map_err(|source| TraceError::Write { source })?;
         self.buf.clear();
         Ok(())
     }
 
-    fn value(&mut self, value: &'v Value, depth: usize) -> Result<(), TraceError> {
+    /// A dict's pairs after its `EMPTY_DICT` (and memo put).
+    fn pairs(&mut self, pairs: &[(Value, Value)], depth: usize) -> Result<(), TraceError> {
+        match pairs {
+            [] => {}
+            [(k, v)] => {
+                self.value(k, depth + 1)?;
+                self.value(v, depth + 1)?;
+                self.buf.push(op::SETITEM);
+            }
+            _ => {
+                for batch in pairs.chunks(BATCH) {
+                    self.buf.push(op::MARK);
+                    for (k, v) in batch {
+                        self.value(k, depth + 1)?;
+                        self.value(v, depth + 1)?;
+                    }
+                    self.buf.push(op::SETITEMS);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn value(&mut self, value: &Value, depth: usize) -> Result<(), TraceError> {
         if depth > MAX_DEPTH {
             return Err(TraceError::Encode {
                 key_path: "<value>".to_owned(),
@@ -92,18 +136,18 @@ impl<'v, W: Write> Writer<'v, W> {
                 } else {
                     self.str(s)?;
                     let index = self.put()?;
-                    self.by_str.insert(s, index);
+                    self.by_str.insert(s.clone(), index);
                 }
             }
             Value::List(items) => {
                 let key = items.as_ptr() as usize;
-                if let Some(&index) = self.by_ptr.get(&key) {
+                if let Some(&(index, _)) = self.by_ptr.get(&key) {
                     self.get(index);
                     return Ok(());
                 }
                 self.buf.push(op::EMPTY_LIST);
                 let index = self.put()?;
-                self.by_ptr.insert(key, index);
+                self.by_ptr.insert(key, (index, value.clone()));
                 match &items[..] {
                     [] => {}
                     [one] => {
@@ -123,35 +167,18 @@ impl<'v, W: Write> Writer<'v, W> {
             }
             Value::Dict(pairs) => {
                 let key = pairs.as_ptr() as usize;
-                if let Some(&index) = self.by_ptr.get(&key) {
+                if let Some(&(index, _)) = self.by_ptr.get(&key) {
                     self.get(index);
                     return Ok(());
                 }
                 self.buf.push(op::EMPTY_DICT);
                 let index = self.put()?;
-                self.by_ptr.insert(key, index);
-                match &pairs[..] {
-                    [] => {}
-                    [(k, v)] => {
-                        self.value(k, depth + 1)?;
-                        self.value(v, depth + 1)?;
-                        self.buf.push(op::SETITEM);
-                    }
-                    _ => {
-                        for batch in pairs.chunks(BATCH) {
-                            self.buf.push(op::MARK);
-                            for (k, v) in batch {
-                                self.value(k, depth + 1)?;
-                                self.value(v, depth + 1)?;
-                            }
-                            self.buf.push(op::SETITEMS);
-                        }
-                    }
-                }
+                self.by_ptr.insert(key, (index, value.clone()));
+                self.pairs(pairs, depth)?;
             }
             Value::Tuple(items) => {
                 let key = items.as_ptr() as usize;
-                if let Some(&index) = self.by_ptr.get(&key) {
+                if let Some(&(index, _)) = self.by_ptr.get(&key) {
                     self.get(index);
                     return Ok(());
                 }
@@ -173,7 +200,7 @@ impl<'v, W: Write> Writer<'v, W> {
                     _ => op::TUPLE,
                 });
                 let index = self.put()?;
-                self.by_ptr.insert(key, index);
+                self.by_ptr.insert(key, (index, value.clone()));
             }
         }
         Ok(())
