@@ -154,6 +154,15 @@ pub(crate) enum Node {
         len: usize,
     },
     List(Store<Item>),
+    /// A list ending in trace entries, rows `start..start + len` of
+    /// [`Tree::entry_rows`], as the pickle reader appended them (a device's
+    /// trace): the range instead of one item each, after the items `head`
+    /// (the first entries, which took the generic path).
+    Rows {
+        head: Store<Item>,
+        start: usize,
+        len: usize,
+    },
     Tuple(Store<Item>),
     Dict(Store<(Item, Item)>),
 }
@@ -224,14 +233,38 @@ impl Tree {
         self.push(Node::Dict(Store::Range { start, len: self.pairs.len() - start }))
     }
 
-    /// Appends to list `id`; false if it is not a list.
-    pub(crate) fn extend_list(&mut self, id: NodeId, new: impl Iterator<Item = Item>) -> bool {
-        match self.nodes.get_mut(id) {
-            Some(Node::List(store)) => {
-                extend_store(store, &mut self.items, new);
-                true
+    /// Appends to list `id`; false if it is not a list. Entry rows that
+    /// follow on from the list's own (or start an empty list) extend its
+    /// range ([`Node::Rows`]); anything else makes it a list of items.
+    pub(crate) fn extend_list(&mut self, id: NodeId, new: &[Item]) -> bool {
+        let follows = |next: usize| new.iter().enumerate().all(|(k, &item)| item == Item::entry(next + k));
+        let first_row = match new.first().map(|i| i.kind()) {
+            Some(Kind::Entry(row)) if follows(row) => Some(row),
+            _ => None,
+        };
+        let Some(node) = self.nodes.get_mut(id) else { return false };
+        match node {
+            Node::List(store) => match first_row {
+                Some(start) => *node = Node::Rows { head: std::mem::replace(store, Store::EMPTY), start, len: new.len() },
+                None => extend_store(store, &mut self.items, new.iter().copied()),
+            },
+            Node::Rows { start, len, .. } if follows(*start + *len) => *len += new.len(),
+            Node::Rows { head, start, len } => {
+                let mut items = head.get(&self.items).to_vec();
+                items.extend((*start..*start + *len).map(Item::entry));
+                items.extend_from_slice(new);
+                *node = Node::List(Store::Owned(items));
             }
-            _ => false,
+            _ => return false,
+        }
+        true
+    }
+
+    /// The items and then the rows a [`Node::Rows`] list holds.
+    pub(crate) fn as_rows(&self, item: Item) -> Option<(&[Item], std::ops::Range<usize>)> {
+        match self.node(item) {
+            Some(Node::Rows { head, start, len }) => Some((head.get(&self.items), *start..*start + *len)),
+            _ => None,
         }
     }
 
@@ -315,6 +348,7 @@ impl Tree {
                     format!("a str ({glimpse:?}{more})")
                 }
                 Some(Node::List(store)) => format!("a list of {} items", store.len()),
+                Some(Node::Rows { head, len, .. }) => format!("a list of {} items", head.len() + len),
                 Some(Node::Tuple(store)) => format!("a tuple of {} items", store.len()),
                 Some(Node::Dict(store)) => format!("a dict of {} keys", store.len()),
                 None => "a dangling reference".to_owned(),
@@ -360,6 +394,10 @@ impl Tree {
             Some(Node::Float(x)) => Value::Float(*x),
             Some(&Node::Str { start, len }) => Value::Str(Arc::from(self.text(start, len))),
             Some(Node::List(store)) => Value::List(self.freeze_all(store.get(&self.items), depth, done)?),
+            Some(Node::Rows { head, start, len }) => {
+                let items: Vec<Item> = head.get(&self.items).iter().copied().chain((*start..*start + *len).map(Item::entry)).collect();
+                Value::List(self.freeze_all(&items, depth, done)?)
+            }
             Some(Node::Tuple(store)) => Value::Tuple(self.freeze_all(store.get(&self.items), depth, done)?),
             Some(Node::Dict(store)) => {
                 let pairs = store.get(&self.pairs);

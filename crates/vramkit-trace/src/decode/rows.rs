@@ -41,7 +41,7 @@ fn row_keys(action: TraceAction, timed: bool, ids: [u32; 3]) -> u32 {
 impl Reader<'_> {
     /// The rows among `items`, if there are some and they are consecutive
     /// and in order (whatever else is between them).
-    pub(super) fn row_run(&self, items: &[Item]) -> Option<Range<usize>> {
+    pub(super) fn row_run(&self, items: impl Iterator<Item = Item>) -> Option<Range<usize>> {
         let mut run: Option<Range<usize>> = None;
         for item in items {
             if let Kind::Entry(row) = item.kind() {
@@ -60,7 +60,7 @@ impl Reader<'_> {
     /// tables all of them refer to. False from `others` means skipped.
     pub(super) fn rows(
         &mut self,
-        items: &[Item],
+        items: impl Iterator<Item = Item>,
         rows: Range<usize>,
         mut other: impl FnMut(&mut Self, usize, Item, &mut EntriesBuilder) -> Result<bool, SchemaErr>,
     ) -> Result<DecodedTrace, SchemaErr> {
@@ -70,7 +70,7 @@ impl Reader<'_> {
         let mut keys = 0;
         let mut kept = 0;
         let tree = self.tree;
-        for (index, &item) in items.iter().enumerate() {
+        for (index, item) in items.enumerate() {
             let Kind::Entry(row) = item.kind() else {
                 if other(self, index, item, &mut others)? {
                     positions.push(kept);

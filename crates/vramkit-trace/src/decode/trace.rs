@@ -25,31 +25,38 @@ impl Reader<'_> {
         let devices = self.seq(item)?;
         let mut out = Vec::with_capacity(devices.len());
         for (device, &trace) in devices.iter().enumerate() {
-            let entries = self.seq(trace).at_index(device)?;
-            if let Some(rows) = self.row_run(entries) {
-                let decoded = self.rows(entries, rows, |reader, index, entry, others| {
-                    let kept = reader.entry(entry, others).at_index(index)?;
-                    if !kept {
-                        let entry = reader.value(entry).at_index(index)?;
-                        skipped.push(SkippedEntry { device, index, entry });
-                    }
-                    Ok(kept)
-                });
-                out.push(decoded.at_index(device)?);
-                continue;
-            }
-            let mut decoded = EntriesBuilder::default();
-            for (index, &entry) in entries.iter().enumerate() {
-                let kept = match entry.kind() {
-                    Kind::Entry(row) => self.row(row, &mut decoded).map(|()| true),
-                    _ => self.entry(entry, &mut decoded),
-                };
-                if !kept.at_index(index).at_index(device)? {
-                    let entry = self.value(entry).at_index(index).at_index(device)?;
+            // The list's items, then the rows it holds as a range (`Node::Rows`).
+            let (head, tail) = match self.tree.as_rows(trace) {
+                Some((head, rows)) => (head, rows),
+                None => (self.seq(trace).at_index(device)?, 0..0),
+            };
+            let items = || head.iter().copied().chain(tail.clone().map(Item::entry));
+            // An entry that is no row; false when it is skipped.
+            let mut other = |reader: &mut Self, index: usize, entry: Item, out: &mut EntriesBuilder| {
+                let kept = reader.entry(entry, out).at_index(index)?;
+                if !kept {
+                    let entry = reader.value(entry).at_index(index)?;
                     skipped.push(SkippedEntry { device, index, entry });
                 }
-            }
-            out.push(DecodedTrace::Built(decoded.finish()));
+                Ok(kept)
+            };
+            let decoded = match self.row_run(items()) {
+                Some(rows) => self.rows(items(), rows, other),
+                None => {
+                    let mut decoded = EntriesBuilder::default();
+                    let mut each = || -> Result<(), SchemaErr> {
+                        for (index, entry) in items().enumerate() {
+                            match entry.kind() {
+                                Kind::Entry(row) => self.row(row, &mut decoded).at_index(index)?,
+                                _ => _ = other(self, index, entry, &mut decoded)?,
+                            }
+                        }
+                        Ok(())
+                    };
+                    each().map(|()| DecodedTrace::Built(decoded.finish()))
+                }
+            };
+            out.push(decoded.at_index(device)?);
         }
         Ok(out)
     }

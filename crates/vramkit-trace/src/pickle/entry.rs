@@ -422,8 +422,9 @@ impl Unpickler<'_> {
         });
         self.tree.entry_rows.push_raw(found.entry, found.time_us, ids);
         if self.tree.entry_rows.len() == 1 {
-            // Room for as many entries as the rest of the input may hold.
-            self.tree.entry_rows.reserve(self.input.remaining() / 48);
+            // Room for as many entries as the rest of the input may hold
+            // (at least 24 bytes each; memory reserved is not touched).
+            self.tree.entry_rows.reserve(self.input.remaining() / 24);
         }
         self.stack.push(item);
         self.input.pos = found.end;

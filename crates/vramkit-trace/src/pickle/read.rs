@@ -228,9 +228,10 @@ impl<'a> Unpickler<'a> {
                     }
                     let target = self.stack[mark - 1];
                     let added = match target.node_id() {
-                        Some(id) => self.tree.extend_list(id, self.stack.drain(mark..)),
+                        Some(id) => self.tree.extend_list(id, &self.stack[mark..]),
                         None => false,
                     };
+                    self.stack.truncate(mark);
                     if !added {
                         return Err(self.wrong_target(target, "a list", at, code));
                     }
@@ -406,7 +407,7 @@ impl<'a> Unpickler<'a> {
 
     fn append(&mut self, target: Item, item: Item, at: usize, code: u8) -> Result<(), TraceError> {
         match target.node_id() {
-            Some(id) if self.tree.extend_list(id, std::iter::once(item)) => Ok(()),
+            Some(id) if self.tree.extend_list(id, &[item]) => Ok(()),
             _ => Err(self.wrong_target(target, "a list", at, code)),
         }
     }
