@@ -1,0 +1,42 @@
+//! Times each phase of the analysis of one snapshot file.
+use std::time::Instant;
+use vramkit_replay::{DeviceTrace, PreparedTrace};
+
+fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let out = f();
+    println!("  {what:<40} {:>9.3} s", t.elapsed().as_secs_f64());
+    out
+}
+
+fn main() {
+    let path = std::env::args().nth(1).expect("a snapshot");
+    let file = if std::env::var("FROM_BYTES").is_ok() {
+        let bytes = timed("read bytes", || std::fs::read(&path).unwrap());
+        timed("parse bytes (trace file)", || vramkit_trace::read_trace_file_bytes(&bytes).unwrap())
+    } else {
+        timed("read + parse, streaming (trace file)", || vramkit_trace::read_trace_file(&path).unwrap())
+    };
+    if std::env::var("PARSE_ONLY").is_ok() {
+        return;
+    }
+    let recorded = file.recorded_config(None);
+    let traces = timed("split", || DeviceTrace::split_file(file));
+    let trace = traces.into_iter().find(DeviceTrace::has_allocations).unwrap();
+    println!("  {} events", trace.events.len());
+    let prepared = timed("prepare", || PreparedTrace::new(&trace, recorded.clone(), None).unwrap());
+    timed("reading", || prepared.reading().map(|_| ()).unwrap());
+    let n: usize = std::env::var("REPLAYS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    for _ in 0..n {
+        let t = Instant::now();
+        prepared.model_replay(&recorded, None, 0).unwrap();
+        let s = t.elapsed().as_secs_f64();
+        println!("  model replay (recorded)                  {s:>9.3} s  {:.2} M events/s", trace.events.len() as f64 / 1e6 / s);
+    }
+    if std::env::var("REPLAYS").is_err() {
+        timed("oracle replay", || prepared.oracle_replay(0));
+    }
+    if std::env::args().any(|a| a == "--verify") {
+        timed("verify", || prepared.verify().unwrap());
+    }
+}
