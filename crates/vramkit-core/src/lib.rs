@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod addr_map;
 mod allocator;
 mod block;
 pub mod config;

@@ -136,10 +136,10 @@ impl<D: Device> CachingAllocator<D> {
                         return violation("a block is in its pool iff it is free", format!("block at {:#x} free={free} in_pool={in_pool}", b.addr));
                     }
                 }
-                if b.allocated != (self.allocated.get(&b.addr) == Some(&id)) {
+                if b.allocated != (self.allocated.get(b.addr) == Some(id)) {
                     return violation("allocated blocks are in the address map", format!("block at {:#x}", b.addr));
                 }
-                if b.held != (self.held.get(&b.addr) == Some(&id)) {
+                if b.held != (self.held.get(b.addr) == Some(id)) {
                     return violation("held blocks are in the held map", format!("block at {:#x}", b.addr));
                 }
                 if b.held && b.allocated {

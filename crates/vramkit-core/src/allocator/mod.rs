@@ -21,6 +21,7 @@ pub use private_pool::{PoolError, StreamFilter};
 pub use restore::RestoreError;
 pub use what_if::AfterEmptyCache;
 
+use crate::addr_map::AddrMap;
 use crate::block::{BlockArena, BlockId, PendingEvent, PoolIdx};
 use crate::config::AllocatorConfig;
 use crate::device::{Device, DeviceAddr, StreamId};
@@ -30,8 +31,8 @@ use crate::pool::BlockPool;
 use crate::rounding::PoolKind;
 use crate::snapshot::{Frames, MempoolId};
 use crate::stats::DeviceStats;
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{BTreeMap, VecDeque};
+use std::hash::Hasher;
 
 /// With the `validate` feature, whether `check_invariants()` runs after
 /// every public operation (on by default; a program can turn it off).
@@ -72,9 +73,9 @@ pub struct CachingAllocator<D: Device> {
     /// Index 0: default large pool, 1: default small pool; private pools after.
     pub(crate) pools: Vec<BlockPool>,
     /// Allocated blocks by address (PyTorch's `allocated_blocks`).
-    pub(crate) allocated: HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>,
+    pub(crate) allocated: AddrMap,
     /// Blocks freed with `free_requested`, waiting for `free_completed`.
-    pub(crate) held: HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>,
+    pub(crate) held: AddrMap,
     /// Pending `record_stream` events per stream, oldest first. Streams are
     /// walked from the highest handle down. PyTorch walks them in the order
     /// of its hash map of c10 stream ids, which a device handle does not
@@ -144,8 +145,8 @@ impl<D: Device> CachingAllocator<D> {
             pools: vec![BlockPool::new(PoolKind::Large, (0, 0)), BlockPool::new(PoolKind::Small, (0, 0))],
             config,
             blocks: BlockArena::default(),
-            allocated: HashMap::default(),
-            held: HashMap::default(),
+            allocated: AddrMap::default(),
+            held: AddrMap::default(),
             cuda_events: BTreeMap::new(),
             total_allocated_memory: 0,
             set_fraction: false,
@@ -260,7 +261,7 @@ impl<D: Device> CachingAllocator<D> {
         if ptr.0 == 0 {
             return Ok(());
         }
-        let id = self.allocated.remove(&ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
+        let id = self.allocated.remove(ptr.0).ok_or_else(|| Error::UnknownPointer { addr: ptr })?;
         self.free_impl(id, context);
         self.validate();
         Ok(())
@@ -270,7 +271,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `stream`, so after it is freed it is not reused until the work queued
     /// on `stream` so far has completed. Uses on the block's own stream are ignored.
     pub fn record_stream(&mut self, ptr: DeviceAddr, stream: StreamId) -> Result<(), Error> {
-        let id = *self.allocated.get(&ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
+        let id = self.allocated.get(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         let in_capture = self.capture_underway();
         let block = &mut self.blocks[id];
         if block.stream != stream {
@@ -375,12 +376,12 @@ impl<D: Device> CachingAllocator<D> {
 
     /// The rounded size of the block at `ptr`, if it is allocated here.
     pub fn block_size(&self, ptr: DeviceAddr) -> Option<u64> {
-        self.allocated.get(&ptr.0).map(|&id| self.blocks[id].size)
+        self.allocated.get(ptr.0).map(|id| self.blocks[id].size)
     }
 
     /// The requested (unrounded) size of the block at `ptr`, if it is allocated here.
     pub fn requested_size(&self, ptr: DeviceAddr) -> Option<u64> {
-        self.allocated.get(&ptr.0).map(|&id| self.blocks[id].requested_size)
+        self.allocated.get(ptr.0).map(|id| self.blocks[id].requested_size)
     }
 
     /// Frees the blocks whose stream events have completed, as the start of
