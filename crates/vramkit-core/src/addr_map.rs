@@ -10,20 +10,17 @@
 
 use crate::block::BlockId;
 
-/// The key of an empty slot: no block starts at the last byte of the
-/// address space (a block has at least 512 bytes).
-const EMPTY: u64 = u64::MAX;
-
 /// Slots of a new map.
 const INITIAL_SLOTS: usize = 16;
 
 /// A map from block addresses to blocks.
 #[derive(Clone, Debug)]
 pub(crate) struct AddrMap {
-    /// `(address, block)`, or `(EMPTY, _)`. The length is a power of two,
-    /// at least twice `len`; an entry lies at its home slot or after it,
-    /// with no empty slot in between (linear probing).
-    slots: Vec<(u64, BlockId)>,
+    /// `(address, block)` or empty (16 bytes either way: block ids are
+    /// never 0). The length is a power of two, at least twice `len`; an
+    /// entry lies at its home slot or after it, with no empty slot in
+    /// between (linear probing).
+    slots: Vec<Option<(u64, BlockId)>>,
     /// Live entries.
     len: usize,
     /// `64 - log2(slots.len())`: the product's top bits are the home slot.
@@ -39,7 +36,7 @@ impl Default for AddrMap {
 impl AddrMap {
     fn with_slots(n: usize) -> AddrMap {
         debug_assert!(n.is_power_of_two() && n >= 2);
-        AddrMap { slots: vec![(EMPTY, BlockId(0)); n], len: 0, shift: 64 - n.trailing_zeros() }
+        AddrMap { slots: vec![None; n], len: 0, shift: 64 - n.trailing_zeros() }
     }
 
     #[inline]
@@ -58,10 +55,7 @@ impl AddrMap {
         let mask = self.mask();
         let mut i = self.home(addr);
         loop {
-            let k = self.slots[i].0;
-            if k == EMPTY {
-                return None;
-            }
+            let (k, _) = self.slots[i]?;
             if k == addr {
                 return Some(i);
             }
@@ -78,22 +72,22 @@ impl AddrMap {
     /// The block at `addr`.
     #[inline]
     pub fn get(&self, addr: u64) -> Option<BlockId> {
-        self.find(addr).map(|i| self.slots[i].1)
+        self.slots[self.find(addr)?].map(|(_, id)| id)
     }
 
     /// Adds `addr`, which must not be in the map yet.
     #[inline]
     pub fn insert(&mut self, addr: u64, id: BlockId) {
-        debug_assert!(addr != EMPTY && self.find(addr).is_none(), "{addr:#x} inserted twice");
+        debug_assert!(self.find(addr).is_none(), "{addr:#x} inserted twice");
         if 2 * (self.len + 1) > self.slots.len() {
             self.grow();
         }
         let mask = self.mask();
         let mut i = self.home(addr);
-        while self.slots[i].0 != EMPTY {
+        while self.slots[i].is_some() {
             i = (i + 1) & mask;
         }
-        self.slots[i] = (addr, id);
+        self.slots[i] = Some((addr, id));
         self.len += 1;
     }
 
@@ -101,15 +95,12 @@ impl AddrMap {
     #[inline]
     pub fn remove(&mut self, addr: u64) -> Option<BlockId> {
         let mut hole = self.find(addr)?;
-        let id = self.slots[hole].1;
+        let (_, id) = self.slots[hole]?;
         let mask = self.mask();
         let mut j = hole;
         loop {
             j = (j + 1) & mask;
-            let k = self.slots[j].0;
-            if k == EMPTY {
-                break;
-            }
+            let Some((k, _)) = self.slots[j] else { break };
             // An entry may move back into the hole unless its home lies
             // after the hole (cyclically), where the probe for it starts.
             let home = self.home(k);
@@ -118,7 +109,7 @@ impl AddrMap {
                 hole = j;
             }
         }
-        self.slots[hole].0 = EMPTY;
+        self.slots[hole] = None;
         self.len -= 1;
         Some(id)
     }
@@ -132,7 +123,7 @@ impl AddrMap {
 
     /// Every entry, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, BlockId)> + '_ {
-        self.slots.iter().copied().filter(|&(k, _)| k != EMPTY)
+        self.slots.iter().flatten().copied()
     }
 }
 
@@ -152,8 +143,8 @@ mod tests {
             for (n, (insert, slot)) in ops.into_iter().enumerate() {
                 let addr = slot << 9;
                 if insert && !model.contains_key(&addr) {
-                    map.insert(addr, BlockId(n as u32));
-                    model.insert(addr, BlockId(n as u32));
+                    map.insert(addr, BlockId::for_test(n as u32));
+                    model.insert(addr, BlockId::for_test(n as u32));
                 } else {
                     prop_assert_eq!(map.remove(addr), model.remove(&addr));
                 }
@@ -165,13 +156,5 @@ mod tests {
             }
             prop_assert_eq!(map.iter().count(), model.len());
         }
-    }
-
-    #[test]
-    fn the_empty_key_is_never_found() {
-        let mut map = AddrMap::default();
-        map.insert(512, BlockId(1));
-        assert_eq!(map.get(EMPTY), None);
-        assert_eq!(map.remove(EMPTY), None);
     }
 }

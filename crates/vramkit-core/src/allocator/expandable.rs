@@ -101,7 +101,7 @@ impl<D: Device> CachingAllocator<D> {
         let address_space = total.saturating_add(total / 8).min(MAX_RESERVATION);
         let size = address_space.div_ceil(page_size).max(1) * page_size;
         let base = self.device.reserve_address_range(size)?;
-        let id = ExpandableId(self.expandable_segments.len() as u32);
+        let id = ExpandableId::at(self.expandable_segments.len());
         self.expandable_segments.push(Some(ExpandableSegment {
             base: base.0,
             size,
@@ -156,7 +156,7 @@ impl<D: Device> CachingAllocator<D> {
             debug_assert!(!b.mapped && size <= b.size);
             (b.addr, b.size, b.expandable.expect("unmapped blocks are expandable"), b.stream, b.pool)
         };
-        let seg = self.expandable_segments[seg_id.0 as usize].as_ref().expect("live segment");
+        let seg = self.expandable_segments[seg_id.index()].as_ref().expect("live segment");
         let (begin, end) = seg.pages_covering(addr, size);
         debug_assert_eq!(seg.page_addr(begin), addr);
         let mapped_addr = seg.page_addr(begin);
@@ -199,8 +199,8 @@ impl<D: Device> CachingAllocator<D> {
         self.record_trace(TraceAction::SegmentMap, mapped_addr, mapped_size, stream, frames);
         let keep_context = self.history.as_ref().is_some_and(|h| h.config.context >= ContextLevel::State);
         let b = &mut self.blocks[id];
-        if b.prev.is_none() && b.context_when_segment_allocated.is_none() && keep_context {
-            b.context_when_segment_allocated = context.clone();
+        if b.prev.is_none() && b.context_when_segment_allocated().is_none() && keep_context {
+            b.set_context_when_segment_allocated(context.clone());
         }
         Ok(true)
     }
@@ -212,7 +212,7 @@ impl<D: Device> CachingAllocator<D> {
             let b = &self.blocks[id];
             (b.addr, b.size, b.expandable.expect("expandable"), b.stream, b.pool, b.registration_counter)
         };
-        let seg = self.expandable_segments[seg_id.0 as usize].as_ref().expect("live segment");
+        let seg = self.expandable_segments[seg_id.index()].as_ref().expect("live segment");
         let (begin, end) = seg.pages_inside(addr, size);
         if begin >= end {
             return;
@@ -272,7 +272,7 @@ impl<D: Device> CachingAllocator<D> {
         let b = self.blocks.remove(id);
         debug_assert!(!b.mapped && !b.is_split());
         let seg_id = b.expandable.expect("expandable");
-        let seg = self.expandable_segments[seg_id.0 as usize].take().expect("live segment");
+        let seg = self.expandable_segments[seg_id.index()].take().expect("live segment");
         debug_assert_eq!(seg.size, b.size);
         self.pools[b.pool.0 as usize].unmapped.remove(&(b.stream, b.addr));
         self.device.release_address_range(DeviceAddr(seg.base), seg.size);
@@ -280,12 +280,12 @@ impl<D: Device> CachingAllocator<D> {
 
     /// The reservation an expandable block lies in.
     pub(crate) fn expandable_segment(&self, id: ExpandableId) -> &ExpandableSegment {
-        self.expandable_segments[id.0 as usize].as_ref().expect("live segment")
+        self.expandable_segments[id.index()].as_ref().expect("live segment")
     }
 
     /// Live expandable segments.
     pub(crate) fn live_expandable_segments(&self) -> impl Iterator<Item = (ExpandableId, &ExpandableSegment)> {
-        self.expandable_segments.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (ExpandableId(i as u32), s)))
+        self.expandable_segments.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (ExpandableId::at(i), s)))
     }
 
 }

@@ -13,7 +13,7 @@ impl<D: Device> CachingAllocator<D> {
         let b = &mut self.blocks[id];
         b.allocated = false;
         let (addr, size, requested, stream, pool) = (b.addr, b.size, b.requested_size, b.stream, b.pool);
-        let has_stream_uses = !b.stream_uses.is_empty();
+        let has_stream_uses = !b.stream_uses().is_empty();
         let held = b.held;
         let kind = self.pools[pool.0 as usize].kind;
         let oversize = size >= self.config.max_split_size();
@@ -37,7 +37,7 @@ impl<D: Device> CachingAllocator<D> {
     fn free_trace_frames(&self, id: BlockId, context: &Option<Frames>) -> Option<Frames> {
         match &self.history {
             Some(h) if h.config.context >= ContextLevel::All && context.is_some() => context.clone(),
-            Some(h) if h.config.context >= ContextLevel::Alloc => self.blocks[id].context_when_allocated.clone(),
+            Some(h) if h.config.context >= ContextLevel::Alloc => self.blocks[id].context_when_allocated().cloned(),
             _ => None,
         }
     }
@@ -47,12 +47,12 @@ impl<D: Device> CachingAllocator<D> {
     fn insert_events_deferred_until_no_capture(&mut self, context: &Option<Frames>) {
         if !self.capture_underway() && !self.deferred_frees.is_empty() {
             for id in std::mem::take(&mut self.deferred_frees) {
-                let b = &mut self.blocks[id];
-                let captured = std::mem::take(&mut b.capture_stream_uses);
-                b.stream_uses.retain(|s| !captured.contains(s));
+                let extras = self.blocks[id].extras_mut();
+                let captured = std::mem::take(&mut extras.capture_stream_uses);
+                extras.stream_uses.retain(|s| !captured.contains(s));
                 self.insert_events(id);
                 let b = &self.blocks[id];
-                if b.event_count == 0 && !b.held {
+                if b.event_count() == 0 && !b.held {
                     self.free_block(id, context);
                 }
             }
@@ -61,10 +61,10 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Records one event per stream that used the block; it stays active until they complete.
     fn insert_events(&mut self, id: BlockId) {
-        let streams = std::mem::take(&mut self.blocks[id].stream_uses);
+        let streams = std::mem::take(&mut self.blocks[id].extras_mut().stream_uses);
         for stream in streams {
             let event = self.device.record_event(stream);
-            self.blocks[id].event_count += 1;
+            self.blocks[id].extras_mut().event_count += 1;
             self.cuda_events.entry(stream).or_default().push_back(PendingEvent { event, block: id });
         }
     }
@@ -108,8 +108,8 @@ impl<D: Device> CachingAllocator<D> {
     fn complete_event(&mut self, pending: PendingEvent, context: &Option<Frames>) {
         self.device.destroy_event(pending.event);
         let b = &mut self.blocks[pending.block];
-        b.event_count -= 1;
-        if b.event_count == 0 && !b.held {
+        b.extras_mut().event_count -= 1;
+        if b.event_count() == 0 && !b.held {
             self.free_block(pending.block, context);
         }
     }
@@ -119,10 +119,10 @@ impl<D: Device> CachingAllocator<D> {
     pub(crate) fn free_block(&mut self, id: BlockId, context: &Option<Frames>) {
         let frames = self.free_trace_frames(id, context);
         let b = &mut self.blocks[id];
-        debug_assert!(!b.allocated && !b.held && b.event_count == 0 && b.stream_uses.is_empty());
+        debug_assert!(!b.allocated && !b.held && !b.is_active());
         let (addr, original_size, requested, stream, pool) = (b.addr, b.size, b.requested_size, b.stream, b.pool);
         let (prev, next) = (b.prev, b.next);
-        b.context_when_allocated = None;
+        b.set_context_when_allocated(None);
         self.record_trace(TraceAction::FreeCompleted, addr, requested, stream, frames);
 
         let mut inactive_split = (0i64, 0i64);
@@ -160,13 +160,13 @@ impl<D: Device> CachingAllocator<D> {
         }
         let s = &mut self.blocks[src];
         let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
-        let s_context = s.context_when_segment_allocated.take();
+        let s_context = s.take_context_when_segment_allocated();
         self.blocks.discard(src);
         if self.blocks[dst].prev == Some(src) {
             let d = &mut self.blocks[dst];
             d.addr = s_addr;
             d.prev = s_prev;
-            d.context_when_segment_allocated = s_context;
+            d.set_context_when_segment_allocated(s_context);
             if let Some(p) = s_prev {
                 self.blocks[p].next = Some(dst);
             }

@@ -145,7 +145,7 @@ impl<D: Device> CachingAllocator<D> {
                 if b.held && b.allocated {
                     return violation("a held block is not allocated", format!("block at {:#x}", b.addr));
                 }
-                if b.stream_uses.contains(&b.stream) {
+                if b.stream_uses().contains(&b.stream) {
                     return violation("stream uses exclude the own stream", format!("block at {:#x}", b.addr));
                 }
                 if b.allocated {
@@ -208,7 +208,7 @@ impl<D: Device> CachingAllocator<D> {
             return violation("the held map holds only held blocks", format!("{} entries", self.held.len()));
         }
         let pending: usize = self.cuda_events.values().map(|q| q.len()).sum();
-        let counted: u32 = seen.iter().map(|&id| self.blocks[id].event_count).sum();
+        let counted: u32 = seen.iter().map(|&id| self.blocks[id].event_count()).sum();
         if pending != counted as usize {
             return violation("event counts match pending events", format!("{pending} pending, {counted} counted"));
         }

@@ -202,7 +202,7 @@ impl<D: Device> CachingAllocator<D> {
         let mut block = Block::new(addr.0, size, params.stream, params.pool);
         block.registration_counter = self.register_segment();
         if keep_context {
-            block.context_when_segment_allocated = context.clone();
+            block.set_context_when_segment_allocated(context.clone());
         }
         let id = self.blocks.insert(block);
         params.block = Some(id);
@@ -280,7 +280,7 @@ impl<D: Device> CachingAllocator<D> {
         let b = &mut self.blocks[block];
         b.allocated = true;
         b.requested_size = params.orig_size;
-        b.context_when_allocated = if keep_context { context.clone() } else { None };
+        b.set_context_when_allocated(if keep_context { context.clone() } else { None });
         let (addr, block_size) = (b.addr, b.size);
         let frames = self.trace_frames(&context, ContextLevel::Alloc);
         self.record_trace(TraceAction::Alloc, addr, params.orig_size, params.stream, frames);

@@ -275,11 +275,12 @@ impl<D: Device> CachingAllocator<D> {
         let in_capture = self.capture_underway();
         let block = &mut self.blocks[id];
         if block.stream != stream {
-            if let Err(at) = block.stream_uses.binary_search(&stream) {
-                block.stream_uses.insert(at, stream);
+            let extras = block.extras_mut();
+            if let Err(at) = extras.stream_uses.binary_search(&stream) {
+                extras.stream_uses.insert(at, stream);
             }
-            if in_capture && !block.capture_stream_uses.contains(&stream) {
-                block.capture_stream_uses.push(stream);
+            if in_capture && !extras.capture_stream_uses.contains(&stream) {
+                extras.capture_stream_uses.push(stream);
             }
         }
         self.validate();

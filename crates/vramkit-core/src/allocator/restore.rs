@@ -125,11 +125,11 @@ impl<D: Device> CachingAllocator<D> {
                 prev,
                 allocated: info.state == BlockState::ActiveAllocated,
                 held: info.state == BlockState::ActivePendingFree,
-                context_when_allocated: info.frames.clone(),
-                context_when_segment_allocated: if i == 0 { s.frames.clone() } else { None },
                 registration_counter,
                 ..Block::new(addr, info.size, stream, pool)
             });
+            self.blocks[id].set_context_when_allocated(info.frames.clone());
+            self.blocks[id].set_context_when_segment_allocated(if i == 0 { s.frames.clone() } else { None });
             if let Some(p) = prev {
                 self.blocks[p].next = Some(id);
             }
@@ -186,7 +186,7 @@ impl<D: Device> CachingAllocator<D> {
         let id = self.held.remove(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         let b = &mut self.blocks[id];
         b.held = false;
-        if b.event_count == 0 && !b.allocated {
+        if b.event_count() == 0 && !b.allocated {
             self.free_block(id, &None);
         }
         self.validate();
@@ -201,7 +201,7 @@ impl<D: Device> CachingAllocator<D> {
         let id = self.held.remove(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         self.blocks[id].held = false;
         let event = self.device.record_event(stream);
-        self.blocks[id].event_count += 1;
+        self.blocks[id].extras_mut().event_count += 1;
         self.cuda_events.entry(stream).or_default().push_back(crate::block::PendingEvent { event, block: id });
         self.validate();
         Ok(())

@@ -38,7 +38,7 @@ impl<D: Device> CachingAllocator<D> {
             segment_type: self.pools[h.pool.0 as usize].kind,
             segment_pool_id: self.pool_id_of(h.pool),
             is_expandable: h.expandable.is_some(),
-            frames: h.context_when_segment_allocated.clone(),
+            frames: h.context_when_segment_allocated().cloned(),
             blocks: Vec::new(),
         };
         let mut cursor = Some(head);
@@ -64,7 +64,7 @@ impl<D: Device> CachingAllocator<D> {
                 size: b.size,
                 requested_size: b.requested_size,
                 state,
-                frames: b.context_when_allocated.clone(),
+                frames: b.context_when_allocated().cloned(),
             });
             cursor = b.next;
         }
