@@ -33,6 +33,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 torch_main="${VRAMKIT_PY_TORCH:-2.15.0}"
 torch_cu12="${VRAMKIT_PY_TORCH_CU12:-2.10.0}"
 start=$SECONDS
+say() { echo "== [$((SECONDS - start)) s] $*"; }
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/vramkit-py-ci.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -45,13 +46,13 @@ venv() {
     local dir=$1 version=$2
     "$python" -m venv "$dir"
     if [ "$version" != none ]; then
-        echo "== torch $version (the CUDA wheel, without its NVIDIA libraries) into $dir"
+        say "torch $version (the CUDA wheel, without its NVIDIA libraries) into $dir"
         local wheels="$VRAMKIT_PYTORCH_CACHE/wheels" tag wheel
         mkdir -p "$wheels"
         tag="$("$dir/bin/python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
         "$dir/bin/python" -m pip download --quiet --no-deps -d "$wheels" "torch==$version"
         wheel="$(ls "$wheels"/torch-"$version"-*"$tag"-*.whl | head -n 1)"
-        "$dir/bin/python" -m pip install --quiet --no-deps "$wheel"
+        "$dir/bin/python" -m pip install --quiet --no-deps --no-warn-conflicts "$wheel"
         # torch's pure-Python requirements, as its metadata lists them.
         "$dir/bin/python" - <<'EOF' > "$dir/torch-requirements.txt"
 import importlib.metadata
@@ -61,15 +62,15 @@ for requirement in importlib.metadata.requires("torch") or []:
         print(requirement)
 print("numpy")  # not required, but in every training environment
 EOF
-        "$dir/bin/python" -m pip install --quiet -r "$dir/torch-requirements.txt"
+        "$dir/bin/python" -m pip install --quiet --no-warn-conflicts -r "$dir/torch-requirements.txt"
     fi
-    "$dir/bin/python" -m pip install --quiet "$built[test]"
+    "$dir/bin/python" -m pip install --quiet --no-warn-conflicts "$built[test]"
 }
 
-echo "== pip wheel bindings/python (maturin builds the extension, the vramkit command and the simulated CUDA stacks)"
+say "pip wheel bindings/python (maturin builds the extension, the vramkit command and the simulated CUDA stacks)"
 "$python" -m pip wheel --quiet --no-deps --wheel-dir "$work/dist" "$here"
 built="$(ls "$work"/dist/vramkit-*.whl)"
-echo "   $(basename "$built"): $(($(stat -c %s "$built") / 1024)) KiB, after $((SECONDS - start)) s"
+echo "   $(basename "$built"): $(($(stat -c %s "$built") / 1024)) KiB"
 
 venv "$work/venv" "$torch_main"
 venv_python="$work/venv/bin/python"
@@ -77,10 +78,10 @@ venv_python="$work/venv/bin/python"
 # The extension's Rust unit tests link libpython (no `extension-module`
 # feature), which needs a shared-library build of Python.
 if [ "$("$venv_python" -c 'import sysconfig; print(sysconfig.get_config_var("Py_ENABLE_SHARED") or 0)')" = "1" ]; then
-    echo "== cargo test (the extension's Rust unit tests)"
+    say "cargo test (the extension's Rust unit tests)"
     cargo test --release --quiet --manifest-path "$here/Cargo.toml"
 else
-    echo "== cargo test skipped: this Python is not built as a shared library"
+    say "cargo test skipped: this Python is not built as a shared library"
 fi
 
 # The fake CUDA driver (crates/vramkit-fake-cuda), so the CUDA backend's
@@ -100,12 +101,12 @@ if [ "$torch_main" != none ]; then
     # torch is there: the tests on the simulated GPU must run, not skip.
     export VRAMKIT_REQUIRE_SIMGPU=1
 fi
-echo "== pytest (torch $torch_main)"
+say "pytest (torch $torch_main)"
 "$venv_python" -m pytest -p no:cacheprovider -q -rs "$here/tests"
 
 if [ "$torch_cu12" != none ]; then
     venv "$work/venv-cu12" "$torch_cu12"
-    echo "== pytest on the CUDA 12 stack (torch $torch_cu12)"
+    say "pytest on the CUDA 12 stack (torch $torch_cu12)"
     VRAMKIT_REQUIRE_SIMGPU=1 "$work/venv-cu12/bin/python" -m pytest -p no:cacheprovider -q -rs \
         "$here/tests/test_enable_training.py" "$here/tests/test_run.py::test_the_command_runs_a_program_on_the_shipped_stack"
 fi

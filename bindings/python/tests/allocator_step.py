@@ -8,8 +8,8 @@ usage: allocator_step.py pytorch|vramkit MODEL BATCH OUT [CONF]
 MODEL is gpt2, resnet or unet (MODEL_STEPS/<model>_step.py, which hand their
 step to `common.run`, replaced here). CONF is a PYTORCH_CUDA_ALLOC_CONF:
 PyTorch's allocator reads it from the environment, vramkit gets it from
-enable(conf). OUT receives {"stats", "snapshot", "extra", "oom", "device"},
-and "boundary_errors" under vramkit.
+enable(conf). OUT receives {"stats", "snapshot", "extra", "device"}, and
+"boundary_errors" under vramkit.
 """
 import os
 import pickle
@@ -38,16 +38,12 @@ import common  # noqa: E402
 
 
 def run(args, step, **extra):
-    report = {"oom": None}
-    try:
-        step()
-        torch.cuda.synchronize()
-    except torch.OutOfMemoryError as error:
-        report["oom"] = str(error)
+    step()
+    torch.cuda.synchronize()
     if allocator == "vramkit":
-        report.update(stats=dict(vramkit.memory_stats()), snapshot=vramkit.snapshot())
+        report = {"stats": dict(vramkit.memory_stats()), "snapshot": vramkit.snapshot()}
     else:
-        report.update(stats=dict(torch.cuda.memory_stats()), snapshot=torch.cuda.memory._snapshot())
+        report = {"stats": dict(torch.cuda.memory_stats()), "snapshot": torch.cuda.memory._snapshot()}
     report["extra"] = {key: value() if callable(value) else value for key, value in extra.items()}
     report["device"] = torch.cuda.get_device_name(0)
     if allocator == "vramkit":

