@@ -230,16 +230,25 @@ impl Default for BlockArena {
 }
 
 impl BlockArena {
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, block: Block) -> BlockId {
-        if let Some(id) = self.vacant.pop() {
-            self.slots[id.slot()] = Some(block);
-            id
-        } else {
-            let i = u32::try_from(self.slots.len()).ok().and_then(NonZeroU32::new).expect("fewer than 4 billion blocks");
-            self.slots.push(Some(block));
-            BlockId(i)
+        match self.vacant.pop() {
+            Some(id) => {
+                // A vacant slot holds nothing to drop: no drop glue.
+                let vacant = std::mem::replace(&mut self.slots[id.slot()], Some(block));
+                debug_assert!(vacant.is_none());
+                std::mem::forget(vacant);
+                id
+            }
+            None => self.push(block),
         }
+    }
+
+    #[inline(never)]
+    fn push(&mut self, block: Block) -> BlockId {
+        let i = u32::try_from(self.slots.len()).ok().and_then(NonZeroU32::new).expect("fewer than 4 billion blocks");
+        self.slots.push(Some(block));
+        BlockId(i)
     }
 
     /// Drops the block in place (no copy out).

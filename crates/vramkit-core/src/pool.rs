@@ -114,6 +114,28 @@ impl Ordered {
         }
     }
 
+    /// Replaces the entry at `old` by `(new, id)`; false if `old` was not
+    /// there. A split or a merge changes one free block's key without
+    /// moving it past another entry, so in a vector it is overwritten in
+    /// place.
+    #[inline(always)]
+    fn rekey(&mut self, old: FreeKey, new: FreeKey, id: BlockId) -> bool {
+        match self {
+            Ordered::Small(v) => {
+                let Ok(at) = v.binary_search_by_key(&old, |e| e.0) else { return false };
+                if (at == 0 || v[at - 1].0 < new) && v.get(at + 1).is_none_or(|e| new < e.0) {
+                    v[at] = (new, id);
+                } else {
+                    v.remove(at);
+                    let at = v.partition_point(|e| e.0 < new);
+                    v.insert(at, (new, id));
+                }
+                true
+            }
+            Ordered::Large(m) => m.remove(&old).is_some() && m.insert(new, id).is_none(),
+        }
+    }
+
     #[inline]
     fn get(&self, k: FreeKey) -> Option<BlockId> {
         match self {
@@ -178,16 +200,18 @@ impl FreeBlocks {
         self.streams.iter().find(|(s, _)| *s == stream).map(|(_, m)| m)
     }
 
-    #[inline]
+    #[inline(always)]
     fn stream_mut(&mut self, stream: StreamId) -> &mut Ordered {
-        let at = match self.streams.iter().position(|(s, _)| *s == stream) {
-            Some(at) => at,
-            None => {
-                let at = self.streams.partition_point(|(s, _)| *s < stream);
-                self.streams.insert(at, (stream, Ordered::default()));
-                at
-            }
-        };
+        match self.streams.iter().position(|(s, _)| *s == stream) {
+            Some(at) => &mut self.streams[at].1,
+            None => self.add_stream(stream),
+        }
+    }
+
+    #[inline(never)]
+    fn add_stream(&mut self, stream: StreamId) -> &mut Ordered {
+        let at = self.streams.partition_point(|(s, _)| *s < stream);
+        self.streams.insert(at, (stream, Ordered::default()));
         &mut self.streams[at].1
     }
 
@@ -205,6 +229,14 @@ impl FreeBlocks {
         let removed = self.stream_mut(stream).remove(key);
         self.len -= removed as usize;
         removed
+    }
+
+    /// Replaces the free block at `old` by the one at `new` (on the same
+    /// stream): a remove and an insert in one search; false if `old` was
+    /// not there.
+    #[inline]
+    pub fn rekey(&mut self, stream: StreamId, old: FreeKey, new: FreeKey, id: BlockId) -> bool {
+        self.stream_mut(stream).rekey(old, new, id)
     }
 
     /// Whether exactly this block is in the set.
@@ -256,8 +288,9 @@ impl FreeBlocks {
 /// One pool of free blocks.
 #[derive(Clone, Debug)]
 pub(crate) struct BlockPool {
-    /// Free mapped blocks. A block is here iff it is not allocated, has no
-    /// pending events or stream uses, and is not being handed out.
+    /// Free mapped blocks. A block is here iff it is not allocated and has
+    /// no pending events or stream uses (a block `malloc` found stays here
+    /// until `alloc_found_block` hands it, or the part it splits off, out).
     pub blocks: FreeBlocks,
     /// Unmapped blocks of expandable segments, by (stream, address).
     pub unmapped: BTreeMap<(StreamId, u64), BlockId>,
@@ -278,5 +311,84 @@ impl BlockPool {
     #[inline]
     pub fn is_small(&self) -> bool {
         self.kind == PoolKind::Small
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u8, FreeKey),
+        Remove(u8, usize),
+        /// Gives the n-th block of a stream a new key: a split (smaller, higher
+        /// address) or a merge (larger, same or lower address), or anything.
+        Rekey(u8, usize, FreeKey),
+    }
+
+    fn key() -> impl Strategy<Value = FreeKey> {
+        // Few sizes and counters, so ties on size (and counter) are common.
+        (1u64..12, 0u32..3, 0u64..400).prop_map(|(size, counter, addr)| FreeKey { size: size << 9, counter, addr: addr << 9 })
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..2, key()).prop_map(|(s, k)| Op::Insert(s, k)),
+            2 => (0u8..2, any::<usize>()).prop_map(|(s, n)| Op::Remove(s, n)),
+            3 => (0u8..2, any::<usize>(), key()).prop_map(|(s, n, k)| Op::Rekey(s, n, k)),
+        ]
+    }
+
+    proptest! {
+        /// The free set (sorted vectors, trees past 64 entries, keys
+        /// rewritten in place by `rekey`) holds and finds exactly what an
+        /// ordered map of (stream, key) does.
+        #[test]
+        fn agrees_with_an_ordered_map(ops in proptest::collection::vec(op(), 1..600)) {
+            let mut set = FreeBlocks::default();
+            let mut model: BTreeMap<(StreamId, FreeKey), BlockId> = BTreeMap::new();
+            for (n, op) in ops.into_iter().enumerate() {
+                let id = BlockId::for_test(n as u32);
+                match op {
+                    Op::Insert(s, k) => {
+                        let s = StreamId(u64::from(s));
+                        let new = !model.contains_key(&(s, k));
+                        prop_assert_eq!(set.insert(s, k, id), new);
+                        model.entry((s, k)).or_insert(id);
+                    }
+                    Op::Remove(s, _) | Op::Rekey(s, _, _) if !model.keys().any(|(t, _)| t.0 == u64::from(s)) => {}
+                    Op::Remove(s, n) => {
+                        let s = StreamId(u64::from(s));
+                        let keys: Vec<FreeKey> = model.keys().filter(|(t, _)| *t == s).map(|(_, k)| *k).collect();
+                        let k = keys[n % keys.len()];
+                        prop_assert!(set.remove(s, k));
+                        model.remove(&(s, k));
+                    }
+                    Op::Rekey(s, n, new) => {
+                        let s = StreamId(u64::from(s));
+                        let keys: Vec<FreeKey> = model.keys().filter(|(t, _)| *t == s).map(|(_, k)| *k).collect();
+                        let old = keys[n % keys.len()];
+                        if model.contains_key(&(s, new)) && new != old {
+                            continue;
+                        }
+                        prop_assert!(set.rekey(s, old, new, id));
+                        model.remove(&(s, old));
+                        model.insert((s, new), id);
+                    }
+                }
+                prop_assert_eq!(set.len(), model.len());
+                let listed: Vec<_> = set.iter().map(|e| ((e.stream, e.key()), e.id)).collect();
+                let expected: Vec<_> = model.iter().map(|(&k, &id)| (k, id)).collect();
+                prop_assert_eq!(&listed, &expected);
+                for s in [StreamId(0), StreamId(1)] {
+                    for size in (0..14u64).map(|z| z << 9) {
+                        let first = model.range((s, FreeKey::first_of(size))..).next().filter(|((t, _), _)| *t == s);
+                        prop_assert_eq!(set.lower_bound(s, size).map(|e| (e.key(), e.id)), first.map(|((_, k), id)| (*k, *id)));
+                    }
+                }
+            }
+        }
     }
 }

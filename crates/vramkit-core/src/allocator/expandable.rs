@@ -121,7 +121,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// 6.3: map pages until a free block of `params.size` exists at the
-    /// place `find_expandable_block` chose; returns it out of the free set.
+    /// place `find_expandable_block` chose; returns it (in the free set).
     /// `Ok(None)` when the device has no memory for the pages.
     pub(crate) fn try_allocate_expandable_block(
         &mut self,
@@ -144,7 +144,6 @@ impl<D: Device> CachingAllocator<D> {
             }
             candidate = next;
         }
-        self.remove_from_pool(candidate);
         Ok(Some(candidate))
     }
 
@@ -187,11 +186,7 @@ impl<D: Device> CachingAllocator<D> {
             self.blocks[id].size = mapped_size;
             self.pools[pool.0 as usize].unmapped.insert((stream, addr + mapped_size), rest);
         }
-        let (prev, _) = (self.blocks[id].prev, ());
-        self.try_merge_blocks(id, prev);
-        let next = self.blocks[id].next;
-        self.try_merge_blocks(id, next);
-        self.insert_into_pool(id);
+        self.merge_and_pool(id);
         self.total_allocated_memory += mapped_size;
         let kind = self.pools[pool.0 as usize].kind;
         self.stats.account_map(kind, mapped_size);
@@ -254,12 +249,7 @@ impl<D: Device> CachingAllocator<D> {
         b.addr = unmapped_addr;
         b.size = unmapped_size;
         b.mapped = false;
-        let prev = b.prev;
-        self.try_merge_blocks(id, prev);
-        let next = self.blocks[id].next;
-        self.try_merge_blocks(id, next);
-        let b = &self.blocks[id];
-        self.pools[pool.0 as usize].unmapped.insert((stream, b.addr), id);
+        self.merge_and_pool(id);
         self.total_allocated_memory -= unmapped_size;
         let kind = self.pools[pool.0 as usize].kind;
         self.stats.account_unmap(kind, unmapped_size);

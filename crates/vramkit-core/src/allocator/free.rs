@@ -5,10 +5,12 @@ use super::CachingAllocator;
 use crate::block::{BlockId, PendingEvent};
 use crate::device::Device;
 use crate::history::ContextLevel;
+use crate::pool::FreeKey;
 use crate::snapshot::{Frames, TraceAction};
 
 impl<D: Device> CachingAllocator<D> {
     /// 4.1: the user dropped the block (already removed from `allocated`).
+    #[inline]
     pub(crate) fn free_impl(&mut self, id: BlockId, context: Option<Frames>) {
         let b = &mut self.blocks[id];
         b.allocated = false;
@@ -18,8 +20,10 @@ impl<D: Device> CachingAllocator<D> {
         let kind = self.pools[pool.0 as usize].kind;
         let oversize = size >= self.config.max_split_size();
         self.stats.account_free_requested(kind, size, oversize);
-        let frames = self.free_trace_frames(id, &context);
-        self.record_trace(TraceAction::FreeRequested, addr, requested, stream, frames);
+        if self.history.is_some() {
+            let frames = self.free_trace_frames(id, &context);
+            self.record_trace(TraceAction::FreeRequested, addr, requested, stream, frames);
+        }
         if has_stream_uses && self.capture_underway() {
             // Events recorded during a capture would be part of the graph.
             self.deferred_frees.push(id);
@@ -69,6 +73,13 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
+    /// Are there `record_stream` events or deferred frees for
+    /// `process_events_impl` to look at?
+    #[inline]
+    pub(crate) fn events_pending(&self) -> bool {
+        !self.cuda_events.is_empty() || !self.deferred_frees.is_empty()
+    }
+
     /// 3 step 1: free the blocks whose events have completed, per stream in
     /// FIFO order, stopping at each stream's first incomplete event; the
     /// streams in `cuda_events`' order.
@@ -116,67 +127,88 @@ impl<D: Device> CachingAllocator<D> {
 
     /// 4.2: the block becomes reusable: merge it with free neighbours and
     /// put it into its pool.
+    #[inline(always)]
     pub(crate) fn free_block(&mut self, id: BlockId, context: &Option<Frames>) {
-        let frames = self.free_trace_frames(id, context);
+        if self.history.is_some() {
+            let frames = self.free_trace_frames(id, context);
+            let b = &self.blocks[id];
+            self.record_trace(TraceAction::FreeCompleted, b.addr, b.requested_size, b.stream, frames);
+        }
         let b = &mut self.blocks[id];
         debug_assert!(!b.allocated && !b.held && !b.is_active());
-        let (addr, original_size, requested, stream, pool) = (b.addr, b.size, b.requested_size, b.stream, b.pool);
-        let (prev, next) = (b.prev, b.next);
+        let (original_size, requested, pool) = (b.size, b.requested_size, b.pool);
         b.set_context_when_allocated(None);
-        self.record_trace(TraceAction::FreeCompleted, addr, requested, stream, frames);
 
-        let mut inactive_split = (0i64, 0i64);
-        for candidate in [prev, next] {
-            let subsumed = self.try_merge_blocks(id, candidate);
-            if subsumed > 0 {
-                inactive_split.0 -= 1;
-                inactive_split.1 -= subsumed as i64;
-            }
-        }
-        self.insert_into_pool(id);
+        let (merged, subsumed) = self.merge_and_pool(id);
         let b = &self.blocks[id];
-        if b.is_split() {
-            inactive_split.0 += 1;
-            inactive_split.1 += b.size as i64;
-        }
-        if b.expandable.is_some() {
-            inactive_split = (0, 0);
-        }
+        // inactive_split is not kept for expandable blocks.
+        let inactive_split = match (b.expandable, b.is_split()) {
+            (Some(_), _) => (0, 0),
+            (None, false) => (-(merged as i64), -(subsumed as i64)),
+            (None, true) => (1 - merged as i64, b.size as i64 - subsumed as i64),
+        };
         let kind = self.pools[pool.0 as usize].kind;
         self.stats.account_free_completed(kind, original_size, requested, inactive_split);
     }
 
-    /// Merges `src` into `dst` if `src` is a free neighbour; returns the bytes subsumed.
-    pub(crate) fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> u64 {
+    /// Merges the free block `id` (in no pool) with its free neighbours of
+    /// the same mapped state and puts the result into its pool's free set,
+    /// or its unmapped set; returns the neighbours merged and their bytes.
+    #[inline(always)]
+    pub(crate) fn merge_and_pool(&mut self, id: BlockId) -> (u32, u64) {
+        // A merged neighbour's free-set entry becomes the result's.
+        let mut replacing = None;
+        let prev = self.blocks[id].prev;
+        let before = self.try_merge_blocks(id, prev, &mut replacing);
+        let next = self.blocks[id].next;
+        let after = self.try_merge_blocks(id, next, &mut replacing);
+        let b = &self.blocks[id];
+        if b.mapped {
+            self.put_into_pool(id, replacing);
+        } else {
+            self.pools[b.pool.0 as usize].unmapped.insert((b.stream, b.addr), id);
+        }
+        ((before > 0) as u32 + (after > 0) as u32, before + after)
+    }
+
+    /// Merges `src` into `dst` if `src` is a free neighbour; returns the
+    /// bytes subsumed. A mapped `src` stays in its free set when
+    /// `replacing` is empty (its key goes there), else it is taken out.
+    #[inline(always)]
+    fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>, replacing: &mut Option<FreeKey>) -> u64 {
         let Some(src) = src else { return 0 };
-        let s = &self.blocks[src];
-        if s.is_active() || s.mapped != self.blocks[dst].mapped {
+        let dst_mapped = self.blocks[dst].mapped;
+        let s = &mut self.blocks[src];
+        if s.is_active() || s.mapped != dst_mapped {
             return 0;
         }
-        if s.mapped {
-            self.remove_from_pool(src);
-        } else {
-            self.pools[s.pool.0 as usize].unmapped.remove(&(s.stream, s.addr));
-        }
-        let s = &mut self.blocks[src];
-        let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
+        let (s_addr, s_size, s_prev, s_next, s_key) = (s.addr, s.size, s.prev, s.next, s.free_key());
         let s_context = s.take_context_when_segment_allocated();
+        if !dst_mapped {
+            self.pools[s.pool.0 as usize].unmapped.remove(&(s.stream, s.addr));
+        } else if replacing.is_none() {
+            *replacing = Some(s_key);
+        } else {
+            let removed = self.pools[s.pool.0 as usize].blocks.remove(s.stream, s_key);
+            debug_assert!(removed, "block {src:?} was not in its pool");
+        }
         self.blocks.discard(src);
-        if self.blocks[dst].prev == Some(src) {
-            let d = &mut self.blocks[dst];
+        let d = &mut self.blocks[dst];
+        d.size += s_size;
+        let relink = if d.prev == Some(src) {
             d.addr = s_addr;
             d.prev = s_prev;
             d.set_context_when_segment_allocated(s_context);
-            if let Some(p) = s_prev {
-                self.blocks[p].next = Some(dst);
-            }
+            s_prev.map(|p| (p, true))
         } else {
-            self.blocks[dst].next = s_next;
-            if let Some(n) = s_next {
-                self.blocks[n].prev = Some(dst);
-            }
+            d.next = s_next;
+            s_next.map(|n| (n, false))
+        };
+        match relink {
+            Some((p, true)) => self.blocks[p].next = Some(dst),
+            Some((n, false)) => self.blocks[n].prev = Some(dst),
+            None => {}
         }
-        self.blocks[dst].size += s_size;
         s_size
     }
 }

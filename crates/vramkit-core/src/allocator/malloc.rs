@@ -3,7 +3,7 @@
 
 use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
 use crate::block::{Block, BlockId, PoolIdx};
-use crate::pool::FreeEntry;
+use crate::pool::{FreeEntry, FreeKey};
 use crate::device::{Device, DeviceError, StreamId};
 use crate::error::Error;
 use crate::history::ContextLevel;
@@ -22,7 +22,8 @@ pub(crate) struct AllocParams {
     /// Bytes of a new segment for it.
     pub alloc_size: u64,
     pub pool: PoolIdx,
-    /// The block found or made.
+    /// The block found or made; it is in its pool's free set until
+    /// `alloc_found_block` takes it (or what it splits off) out.
     pub block: Option<BlockId>,
 }
 
@@ -39,7 +40,7 @@ impl<D: Device> CachingAllocator<D> {
                 orig_size,
             ))));
         }
-        if !self.capture_underway() {
+        if self.events_pending() && !self.capture_underway() {
             self.process_events_impl(&context);
         }
 
@@ -103,8 +104,6 @@ impl<D: Device> CachingAllocator<D> {
         let Some(found) = self.find_free_block(params) else {
             return false;
         };
-        let key = self.blocks[found.id].free_key();
-        self.pools[params.pool.0 as usize].blocks.remove(found.stream, key);
         params.block = Some(found.id);
         true
     }
@@ -205,6 +204,7 @@ impl<D: Device> CachingAllocator<D> {
             block.set_context_when_segment_allocated(context.clone());
         }
         let id = self.blocks.insert(block);
+        self.insert_into_pool(id);
         params.block = Some(id);
         Ok(true)
     }
@@ -221,7 +221,8 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// 3.5: carve the allocation from the low end of `id` and account for it.
+    /// 3.5: carve the allocation from the low end of `id` (a free block in
+    /// its pool) and account for it.
     pub(crate) fn alloc_found_block(
         &mut self,
         params: &AllocParams,
@@ -237,9 +238,9 @@ impl<D: Device> CachingAllocator<D> {
             // The free block keeps its identity as the remainder; a new block
             // takes its low end.
             let remaining = id;
-            let (addr, prev, from) = {
+            let (addr, prev, from, old_key) = {
                 let r = &self.blocks[remaining];
-                (r.addr, r.prev, r.registration_counter)
+                (r.addr, r.prev, r.registration_counter, r.free_key())
             };
             let registration_counter = self.register_split(from);
             let new_block = self.blocks.insert(Block {
@@ -260,7 +261,7 @@ impl<D: Device> CachingAllocator<D> {
             r.addr += size;
             r.size -= size;
             let remaining_size = r.size;
-            self.insert_into_pool(remaining);
+            self.put_into_pool(remaining, Some(old_key));
             // inactive_split is not kept for expandable blocks.
             if expandable.is_some() {
             } else if already_split {
@@ -270,6 +271,7 @@ impl<D: Device> CachingAllocator<D> {
             }
             new_block
         } else {
+            self.remove_from_pool(id);
             if already_split && expandable.is_none() {
                 inactive_split = (-1, -(self.blocks[id].size as i64));
             }
@@ -294,11 +296,22 @@ impl<D: Device> CachingAllocator<D> {
     /// Puts a free block into its pool, resetting its age.
     #[inline]
     pub(crate) fn insert_into_pool(&mut self, id: BlockId) {
+        self.put_into_pool(id, None);
+    }
+
+    /// Puts a free block into its pool, resetting its age, in place of the
+    /// entry at `replacing` if given (a block it was split from or merged
+    /// with, still in the pool under its old key).
+    #[inline(always)]
+    pub(crate) fn put_into_pool(&mut self, id: BlockId, replacing: Option<FreeKey>) {
         let b = &mut self.blocks[id];
         let pool = &mut self.pools[b.pool.0 as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
-        let inserted = pool.blocks.insert(b.stream, b.free_key(), id);
-        debug_assert!(inserted, "block {id:?} was already in its pool");
+        let put = match replacing {
+            Some(old) => pool.blocks.rekey(b.stream, old, b.free_key(), id),
+            None => pool.blocks.insert(b.stream, b.free_key(), id),
+        };
+        debug_assert!(put, "block {id:?} was already in its pool, or what it replaces was not");
     }
 
     /// Takes a free block out of its pool.

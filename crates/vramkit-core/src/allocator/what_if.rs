@@ -113,6 +113,30 @@ impl<D: Device> CachingAllocator<D> {
         copy.malloc_impl(size, stream, None).is_ok()
     }
 
+    /// Would `malloc(size, stream)` succeed at its first attempt, before the
+    /// retry ladder (the cache, garbage collection, then the device asked
+    /// once), on a copy of this allocator and its device? The allocator
+    /// itself is not changed.
+    pub fn first_attempt_fits(&self, size: u64, stream: StreamId) -> bool
+    where
+        D: Clone,
+    {
+        let mut copy = self.clone_state_onto(self.device.clone());
+        copy.history = None;
+        let context = None;
+        if !copy.capture_underway() {
+            copy.process_events_impl(&context);
+        }
+        let mut params = copy.alloc_params(size, stream);
+        if copy.get_free_block(&mut params) {
+            return true;
+        }
+        if copy.gc_active() {
+            copy.garbage_collect_cached_blocks(&context);
+        }
+        copy.alloc_block(&mut params, false, &context).unwrap_or(false)
+    }
+
     /// Would `malloc(size, stream)` be served from the cache if the block
     /// allocated at `ptr` were freed first (merging with its free
     /// neighbours)? `false` when `ptr` is not allocated. Changes nothing.
