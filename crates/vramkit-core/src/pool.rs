@@ -90,7 +90,14 @@ impl Ordered {
                     true
                 }
             },
-            Ordered::Large(m) => m.insert(k, id).is_none(),
+            // As the vector does, an entry already there is kept.
+            Ordered::Large(m) => match m.entry(k) {
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(id);
+                    true
+                }
+                std::collections::btree_map::Entry::Occupied(_) => false,
+            },
         }
     }
 
