@@ -144,6 +144,11 @@ impl Block {
         }
     }
 
+    /// What a vacant arena slot holds.
+    fn vacant() -> Block {
+        Block::new(0, 0, StreamId(0), PoolIdx(0))
+    }
+
     /// The extras, made on first use.
     #[inline]
     pub fn extras_mut(&mut self) -> &mut BlockExtras {
@@ -218,25 +223,28 @@ impl Block {
 /// The arena: a `Vec` of slots with a free list of vacant ones.
 #[derive(Clone, Debug)]
 pub(crate) struct BlockArena {
-    /// Slot 0 is always vacant and never on `vacant` (block ids are not 0).
-    slots: Vec<Option<Block>>,
+    /// Blocks by id; a vacant slot holds a block of size 0 (live blocks
+    /// have at least 512 bytes), so a lookup is one bounds check. Slot 0
+    /// is always vacant and never on `vacant` (block ids are not 0).
+    slots: Vec<Block>,
     vacant: Vec<BlockId>,
 }
 
 impl Default for BlockArena {
     fn default() -> Self {
-        BlockArena { slots: vec![None], vacant: Vec::new() }
+        BlockArena { slots: vec![Block::vacant()], vacant: Vec::new() }
     }
 }
 
 impl BlockArena {
     #[inline(always)]
     pub fn insert(&mut self, block: Block) -> BlockId {
+        debug_assert!(block.size > 0, "a block of 0 bytes");
         match self.vacant.pop() {
             Some(id) => {
                 // A vacant slot holds nothing to drop: no drop glue.
-                let vacant = std::mem::replace(&mut self.slots[id.slot()], Some(block));
-                debug_assert!(vacant.is_none());
+                let vacant = std::mem::replace(&mut self.slots[id.slot()], block);
+                debug_assert!(vacant.size == 0 && vacant.extras.is_none());
                 std::mem::forget(vacant);
                 id
             }
@@ -247,7 +255,7 @@ impl BlockArena {
     #[inline(never)]
     fn push(&mut self, block: Block) -> BlockId {
         let i = u32::try_from(self.slots.len()).ok().and_then(NonZeroU32::new).expect("fewer than 4 billion blocks");
-        self.slots.push(Some(block));
+        self.slots.push(block);
         BlockId(i)
     }
 
@@ -255,24 +263,24 @@ impl BlockArena {
     #[inline]
     pub fn discard(&mut self, id: BlockId) {
         let slot = &mut self.slots[id.slot()];
-        debug_assert!(slot.is_some(), "discard of a vacant block slot");
-        *slot = None;
+        debug_assert!(slot.size > 0, "discard of a vacant block slot");
+        // The other fields are left as they were: `insert` overwrites them.
+        slot.size = 0;
+        slot.extras = None;
         self.vacant.push(id);
     }
 
     #[inline]
     pub fn remove(&mut self, id: BlockId) -> Block {
-        let block = self.slots[id.slot()].take().expect("remove of a vacant block slot");
+        let block = std::mem::replace(&mut self.slots[id.slot()], Block::vacant());
+        assert!(block.size > 0, "remove of a vacant block slot");
         self.vacant.push(id);
         block
     }
 
     /// Every live block.
     pub fn iter(&self) -> impl Iterator<Item = (BlockId, &Block)> {
-        self.slots.iter().enumerate().filter_map(|(i, b)| {
-            let id = BlockId(NonZeroU32::new(i as u32)?);
-            b.as_ref().map(|b| (id, b))
-        })
+        self.slots.iter().enumerate().filter(|(_, b)| b.size > 0).map(|(i, b)| (BlockId(NonZeroU32::new(i as u32).expect("slot 0 is vacant")), b))
     }
 
     /// Number of live blocks.
@@ -285,14 +293,18 @@ impl std::ops::Index<BlockId> for BlockArena {
     type Output = Block;
     #[inline]
     fn index(&self, id: BlockId) -> &Block {
-        self.slots[id.slot()].as_ref().expect("use of a vacant block slot")
+        let block = &self.slots[id.slot()];
+        debug_assert!(block.size > 0, "use of a vacant block slot");
+        block
     }
 }
 
 impl std::ops::IndexMut<BlockId> for BlockArena {
     #[inline]
     fn index_mut(&mut self, id: BlockId) -> &mut Block {
-        self.slots[id.slot()].as_mut().expect("use of a vacant block slot")
+        let block = &mut self.slots[id.slot()];
+        debug_assert!(block.size > 0, "use of a vacant block slot");
+        block
     }
 }
 
@@ -309,7 +321,7 @@ mod tests {
 
     #[test]
     fn a_block_record_fits_in_72_bytes() {
-        assert_eq!(std::mem::size_of::<Option<Block>>(), 72);
+        assert_eq!(std::mem::size_of::<Block>(), 72);
         assert_eq!(std::mem::size_of::<Option<BlockId>>(), 4);
     }
 }

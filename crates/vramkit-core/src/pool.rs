@@ -43,18 +43,34 @@ pub(crate) struct FreeEntry {
     pub addr: u64,
     pub counter: u32,
     pub id: BlockId,
+    /// Where the entry was in its stream's vector when found (`NOWHERE`
+    /// in a tree, or when not known): a hint that saves the search when
+    /// the entry is taken out or rewritten, checked before it is trusted.
+    pub index: u32,
 }
+
+/// The index hint of an entry whose place is not known.
+pub(crate) const NOWHERE: u32 = u32::MAX;
 
 impl FreeEntry {
     #[inline]
-    fn key(&self) -> FreeKey {
+    pub fn key(&self) -> FreeKey {
         FreeKey { size: self.size, counter: self.counter, addr: self.addr }
     }
 }
 
 #[inline]
 fn entry(stream: StreamId, key: FreeKey, id: BlockId) -> FreeEntry {
-    FreeEntry { stream, size: key.size, addr: key.addr, counter: key.counter, id }
+    FreeEntry { stream, size: key.size, addr: key.addr, counter: key.counter, id, index: NOWHERE }
+}
+
+/// The index of `k` in a sorted vector, trying `hint` first.
+#[inline(always)]
+fn index_of(v: &[(FreeKey, BlockId)], k: FreeKey, hint: u32) -> Option<usize> {
+    match v.get(hint as usize) {
+        Some(e) if e.0 == k => Some(hint as usize),
+        _ => v.binary_search_by_key(&k, |e| e.0).ok(),
+    }
 }
 
 /// An ordered map from keys to blocks: a sorted `Vec` while small (the
@@ -102,14 +118,14 @@ impl Ordered {
     }
 
     #[inline]
-    fn remove(&mut self, k: FreeKey) -> bool {
+    fn remove(&mut self, k: FreeKey, hint: u32) -> bool {
         match self {
-            Ordered::Small(v) => match v.binary_search_by_key(&k, |e| e.0) {
-                Ok(at) => {
+            Ordered::Small(v) => match index_of(v, k, hint) {
+                Some(at) => {
                     v.remove(at);
                     true
                 }
-                Err(_) => false,
+                None => false,
             },
             Ordered::Large(m) => {
                 let removed = m.remove(&k).is_some();
@@ -126,10 +142,10 @@ impl Ordered {
     /// moving it past another entry, so in a vector it is overwritten in
     /// place.
     #[inline(always)]
-    fn rekey(&mut self, old: FreeKey, new: FreeKey, id: BlockId) -> bool {
+    fn rekey(&mut self, old: FreeKey, hint: u32, new: FreeKey, id: BlockId) -> bool {
         match self {
             Ordered::Small(v) => {
-                let Ok(at) = v.binary_search_by_key(&old, |e| e.0) else { return false };
+                let Some(at) = index_of(v, old, hint) else { return false };
                 if (at == 0 || v[at - 1].0 < new) && v.get(at + 1).is_none_or(|e| new < e.0) {
                     v[at] = (new, id);
                 } else {
@@ -151,12 +167,15 @@ impl Ordered {
         }
     }
 
-    /// The first entry with key >= k.
+    /// The first entry with key >= k, and its index in a vector.
     #[inline]
-    fn at_or_after(&self, k: FreeKey) -> Option<(FreeKey, BlockId)> {
+    fn at_or_after(&self, k: FreeKey) -> Option<(FreeKey, BlockId, u32)> {
         match self {
-            Ordered::Small(v) => v.get(v.partition_point(|e| e.0 < k)).copied(),
-            Ordered::Large(m) => m.range(k..).next().map(|(&a, &b)| (a, b)),
+            Ordered::Small(v) => {
+                let at = v.partition_point(|e| e.0 < k);
+                v.get(at).map(|&(k, id)| (k, id, at as u32))
+            }
+            Ordered::Large(m) => m.range(k..).next().map(|(&a, &b)| (a, b, NOWHERE)),
         }
     }
 
@@ -230,20 +249,21 @@ impl FreeBlocks {
         inserted
     }
 
-    /// Removes a free block; false if it was not there.
+    /// Removes a free block (found at index `hint`, or `NOWHERE`); false
+    /// if it was not there.
     #[inline]
-    pub fn remove(&mut self, stream: StreamId, key: FreeKey) -> bool {
-        let removed = self.stream_mut(stream).remove(key);
+    pub fn remove(&mut self, stream: StreamId, key: FreeKey, hint: u32) -> bool {
+        let removed = self.stream_mut(stream).remove(key, hint);
         self.len -= removed as usize;
         removed
     }
 
-    /// Replaces the free block at `old` by the one at `new` (on the same
-    /// stream): a remove and an insert in one search; false if `old` was
-    /// not there.
+    /// Replaces the free block at `old` (found at index `hint`, or
+    /// `NOWHERE`) by the one at `new` on the same stream: a remove and an
+    /// insert in one search, or none; false if `old` was not there.
     #[inline]
-    pub fn rekey(&mut self, stream: StreamId, old: FreeKey, new: FreeKey, id: BlockId) -> bool {
-        self.stream_mut(stream).rekey(old, new, id)
+    pub fn rekey(&mut self, stream: StreamId, old: FreeKey, hint: u32, new: FreeKey, id: BlockId) -> bool {
+        self.stream_mut(stream).rekey(old, hint, new, id)
     }
 
     /// Whether exactly this block is in the set.
@@ -260,8 +280,8 @@ impl FreeBlocks {
     /// segment's, then the lowest address, among equals).
     #[inline]
     pub fn lower_bound(&self, stream: StreamId, size: u64) -> Option<FreeEntry> {
-        let (k, id) = self.stream(stream)?.at_or_after(FreeKey::first_of(size))?;
-        Some(entry(stream, k, id))
+        let (k, id, index) = self.stream(stream)?.at_or_after(FreeKey::first_of(size))?;
+        Some(FreeEntry { index, ..entry(stream, k, id) })
     }
 
     /// The free block on `stream` just before the first position of `size`:
@@ -370,7 +390,7 @@ mod tests {
                         let s = StreamId(u64::from(s));
                         let keys: Vec<FreeKey> = model.keys().filter(|(t, _)| *t == s).map(|(_, k)| *k).collect();
                         let k = keys[n % keys.len()];
-                        prop_assert!(set.remove(s, k));
+                        prop_assert!(set.remove(s, k, n as u32 % 70));
                         model.remove(&(s, k));
                     }
                     Op::Rekey(s, n, new) => {
@@ -380,7 +400,7 @@ mod tests {
                         if model.contains_key(&(s, new)) && new != old {
                             continue;
                         }
-                        prop_assert!(set.rekey(s, old, new, id));
+                        prop_assert!(set.rekey(s, old, n as u32 % 70, new, id));
                         model.remove(&(s, old));
                         model.insert((s, new), id);
                     }

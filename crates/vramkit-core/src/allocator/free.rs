@@ -5,7 +5,7 @@ use super::CachingAllocator;
 use crate::block::{BlockId, PendingEvent};
 use crate::device::Device;
 use crate::history::ContextLevel;
-use crate::pool::FreeKey;
+use crate::pool::{FreeKey, NOWHERE};
 use crate::snapshot::{Frames, TraceAction};
 
 impl<D: Device> CachingAllocator<D> {
@@ -175,7 +175,7 @@ impl<D: Device> CachingAllocator<D> {
     /// bytes subsumed. A mapped `src` stays in its free set when
     /// `replacing` is empty (its key goes there), else it is taken out.
     #[inline(always)]
-    fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>, replacing: &mut Option<FreeKey>) -> u64 {
+    fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>, replacing: &mut Option<(FreeKey, u32)>) -> u64 {
         let Some(src) = src else { return 0 };
         let dst_mapped = self.blocks[dst].mapped;
         let s = &mut self.blocks[src];
@@ -187,9 +187,9 @@ impl<D: Device> CachingAllocator<D> {
         if !dst_mapped {
             self.pools[s.pool.0 as usize].unmapped.remove(&(s.stream, s.addr));
         } else if replacing.is_none() {
-            *replacing = Some(s_key);
+            *replacing = Some((s_key, NOWHERE));
         } else {
-            let removed = self.pools[s.pool.0 as usize].blocks.remove(s.stream, s_key);
+            let removed = self.pools[s.pool.0 as usize].blocks.remove(s.stream, s_key, NOWHERE);
             debug_assert!(removed, "block {src:?} was not in its pool");
         }
         self.blocks.discard(src);

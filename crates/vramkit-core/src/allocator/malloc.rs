@@ -3,7 +3,7 @@
 
 use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
 use crate::block::{Block, BlockId, PoolIdx};
-use crate::pool::{FreeEntry, FreeKey};
+use crate::pool::{FreeEntry, FreeKey, NOWHERE};
 use crate::device::{Device, DeviceError, StreamId};
 use crate::error::Error;
 use crate::history::ContextLevel;
@@ -25,6 +25,8 @@ pub(crate) struct AllocParams {
     /// The block found or made; it is in its pool's free set until
     /// `alloc_found_block` takes it (or what it splits off) out.
     pub block: Option<BlockId>,
+    /// Where best fit found it in the free set (`FreeEntry::index`).
+    pub hint: u32,
 }
 
 impl<D: Device> CachingAllocator<D> {
@@ -77,6 +79,7 @@ impl<D: Device> CachingAllocator<D> {
             alloc_size: get_allocation_size(size, self.config.large_segment_size_bytes),
             pool,
             block: None,
+            hint: NOWHERE,
         }
     }
 
@@ -105,6 +108,7 @@ impl<D: Device> CachingAllocator<D> {
             return false;
         };
         params.block = Some(found.id);
+        params.hint = found.index;
         true
     }
 
@@ -261,7 +265,7 @@ impl<D: Device> CachingAllocator<D> {
             r.addr += size;
             r.size -= size;
             let remaining_size = r.size;
-            self.put_into_pool(remaining, Some(old_key));
+            self.put_into_pool(remaining, Some((old_key, params.hint)));
             // inactive_split is not kept for expandable blocks.
             if expandable.is_some() {
             } else if already_split {
@@ -271,7 +275,9 @@ impl<D: Device> CachingAllocator<D> {
             }
             new_block
         } else {
-            self.remove_from_pool(id);
+            let b = &self.blocks[id];
+            let removed = self.pools[b.pool.0 as usize].blocks.remove(b.stream, b.free_key(), params.hint);
+            debug_assert!(removed, "block {id:?} was not in its pool");
             if already_split && expandable.is_none() {
                 inactive_split = (-1, -(self.blocks[id].size as i64));
             }
@@ -300,15 +306,15 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// Puts a free block into its pool, resetting its age, in place of the
-    /// entry at `replacing` if given (a block it was split from or merged
-    /// with, still in the pool under its old key).
+    /// entry at `replacing` if given (the key of a block it was split from
+    /// or merged with, still in the pool, and where it was found).
     #[inline(always)]
-    pub(crate) fn put_into_pool(&mut self, id: BlockId, replacing: Option<FreeKey>) {
+    pub(crate) fn put_into_pool(&mut self, id: BlockId, replacing: Option<(FreeKey, u32)>) {
         let b = &mut self.blocks[id];
         let pool = &mut self.pools[b.pool.0 as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
         let put = match replacing {
-            Some(old) => pool.blocks.rekey(b.stream, old, b.free_key(), id),
+            Some((old, hint)) => pool.blocks.rekey(b.stream, old, hint, b.free_key(), id),
             None => pool.blocks.insert(b.stream, b.free_key(), id),
         };
         debug_assert!(put, "block {id:?} was already in its pool, or what it replaces was not");
@@ -318,7 +324,7 @@ impl<D: Device> CachingAllocator<D> {
     #[inline]
     pub(crate) fn remove_from_pool(&mut self, id: BlockId) {
         let b = &self.blocks[id];
-        let removed = self.pools[b.pool.0 as usize].blocks.remove(b.stream, b.free_key());
+        let removed = self.pools[b.pool.0 as usize].blocks.remove(b.stream, b.free_key(), NOWHERE);
         debug_assert!(removed, "block {id:?} was not in its pool");
     }
 
