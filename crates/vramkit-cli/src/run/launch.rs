@@ -64,7 +64,7 @@ impl Session {
             )));
         }
         let batch = args.batch.as_deref().map(BatchSpec::parse).transpose().map_err(CliError::new)?;
-        let interpreter = interpreter(&args.command, args.python.as_deref());
+        let interpreter = interpreter(&args.command, args.python.as_deref())?;
         let torch = Torch::probe(&interpreter.program)?;
         let major = torch.cuda_major()?;
         let (release, release_note) = torch.release();

@@ -4,7 +4,7 @@
 //! Memory is taken to grow with the value, so one value that fits and the next that does not end
 //! the search. Growth doubles the value from `lo` for a range (1, 2, 4, ... or 8, 16, 32, ...) and
 //! the index through a list (1st, 2nd, 4th, 8th, ...). Peak reserved grows about linearly with a
-//! batch, so the line through the two largest values that fit predicts the edge: the bisection
+//! batch, so the line through the smallest and the largest value that fit predicts the edge: the bisection
 //! tries the predicted value first (and, when the guess was close, its neighbour), for at most
 //! [`GUIDED_STEPS`] steps, then halves. A search from a value known to fit (the next search,
 //! under other settings) starts at the edge the given slope predicts, else just above it.
@@ -34,12 +34,14 @@ pub struct Found {
 }
 
 impl Found {
-    /// Peak reserved bytes per unit of the value, from the two largest values that fit.
+    /// Peak reserved bytes per unit of the value, from the smallest and the largest value that
+    /// fit (near the edge the cache's rounding makes neighbours' peaks differ by more than the
+    /// batch adds, so close pairs mislead).
     pub fn slope(&self) -> Option<f64> {
         let mut fits: Vec<(u64, u64)> = self.probes.iter().filter_map(|p| Some((p.value, p.peak?))).collect();
         fits.sort_unstable();
-        let [.., (v1, p1), (v2, p2)] = fits[..] else { return None };
-        (p2 > p1).then(|| (p2 - p1) as f64 / (v2 - v1) as f64)
+        let (&(v1, p1), &(v2, p2)) = (fits.first()?, fits.last()?);
+        (v2 > v1 && p2 > p1).then(|| (p2 - p1) as f64 / (v2 - v1) as f64)
     }
 }
 
