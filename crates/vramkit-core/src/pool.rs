@@ -179,16 +179,38 @@ impl Ordered {
         }
     }
 
-    /// The first entry with key > k.
+    /// The first entry with key > k (k found at index `hint`, or not), and
+    /// its index in a vector.
     #[inline]
-    fn after(&self, k: FreeKey) -> Option<(FreeKey, BlockId)> {
+    fn after(&self, k: FreeKey, hint: u32) -> Option<(FreeKey, BlockId, u32)> {
         match self {
-            Ordered::Small(v) => v.get(v.partition_point(|e| e.0 <= k)).copied(),
+            Ordered::Small(v) => {
+                let at = index_of(v, k, hint).map_or_else(|| v.partition_point(|e| e.0 <= k), |at| at + 1);
+                v.get(at).map(|&(k, id)| (k, id, at as u32))
+            }
             Ordered::Large(m) => {
                 use std::ops::Bound::{Excluded, Unbounded};
-                m.range((Excluded(k), Unbounded)).next().map(|(&a, &b)| (a, b))
+                m.range((Excluded(k), Unbounded)).next().map(|(&a, &b)| (a, b, NOWHERE))
             }
         }
+    }
+
+    /// The keys just before and just after `k`, which is there.
+    #[inline(always)]
+    fn around(&self, k: FreeKey) -> Option<(Option<FreeKey>, Option<FreeKey>)> {
+        match self {
+            Ordered::Small(v) => {
+                let at = v.binary_search_by_key(&k, |e| e.0).ok()?;
+                Some((at.checked_sub(1).map(|i| v[i].0), v.get(at + 1).map(|e| e.0)))
+            }
+            Ordered::Large(m) => Self::around_in_tree(m, k),
+        }
+    }
+
+    #[inline(never)]
+    fn around_in_tree(m: &BTreeMap<FreeKey, BlockId>, k: FreeKey) -> Option<(Option<FreeKey>, Option<FreeKey>)> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        m.contains_key(&k).then(|| (m.range(..k).next_back().map(|e| *e.0), m.range((Excluded(k), Unbounded)).next().map(|e| *e.0)))
     }
 
     /// The last entry with key < k.
@@ -213,6 +235,9 @@ impl Ordered {
 pub(crate) struct FreeBlocks {
     streams: Vec<(StreamId, Ordered)>,
     len: usize,
+    /// Changes so far (inserts, removals, rekeys): while it stays the same,
+    /// so do the contents.
+    generation: u64,
 }
 
 impl FreeBlocks {
@@ -246,6 +271,7 @@ impl FreeBlocks {
     pub fn insert(&mut self, stream: StreamId, key: FreeKey, id: BlockId) -> bool {
         let inserted = self.stream_mut(stream).insert(key, id);
         self.len += inserted as usize;
+        self.generation += 1;
         inserted
     }
 
@@ -255,6 +281,7 @@ impl FreeBlocks {
     pub fn remove(&mut self, stream: StreamId, key: FreeKey, hint: u32) -> bool {
         let removed = self.stream_mut(stream).remove(key, hint);
         self.len -= removed as usize;
+        self.generation += 1;
         removed
     }
 
@@ -263,6 +290,7 @@ impl FreeBlocks {
     /// insert in one search, or none; false if `old` was not there.
     #[inline]
     pub fn rekey(&mut self, stream: StreamId, old: FreeKey, hint: u32, new: FreeKey, id: BlockId) -> bool {
+        self.generation += 1;
         self.stream_mut(stream).rekey(old, hint, new, id)
     }
 
@@ -274,6 +302,12 @@ impl FreeBlocks {
     /// Number of free blocks.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Changes so far; the contents are the same while it is.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The first free block on `stream` with size >= `size` (the oldest
@@ -299,11 +333,18 @@ impl FreeBlocks {
         Some(entry(e.stream, k, id))
     }
 
+    /// The keys of the free blocks just before and just after the one at
+    /// `key` on `stream`, if that one is there.
+    #[inline]
+    pub fn around(&self, stream: StreamId, key: FreeKey) -> Option<(Option<FreeKey>, Option<FreeKey>)> {
+        self.stream(stream)?.around(key)
+    }
+
     /// The free block on the same stream just after `e`.
     #[inline]
     pub fn successor(&self, e: FreeEntry) -> Option<FreeEntry> {
-        let (k, id) = self.stream(e.stream)?.after(e.key())?;
-        Some(entry(e.stream, k, id))
+        let (k, id, index) = self.stream(e.stream)?.after(e.key(), e.index)?;
+        Some(FreeEntry { index, ..entry(e.stream, k, id) })
     }
 
     /// Every free block in (stream, size, segment age, address) order.

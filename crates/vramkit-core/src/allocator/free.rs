@@ -32,7 +32,7 @@ impl<D: Device> CachingAllocator<D> {
         } else if held {
             // free_completed comes from the caller.
         } else {
-            self.free_block(id, &context);
+            self.complete_free(id, &context, true);
         }
     }
 
@@ -129,6 +129,13 @@ impl<D: Device> CachingAllocator<D> {
     /// put it into its pool.
     #[inline(always)]
     pub(crate) fn free_block(&mut self, id: BlockId, context: &Option<Frames>) {
+        self.complete_free(id, context, false);
+    }
+
+    /// `free_block`, or with `may_park` a parked free (`parked.rs`) where it
+    /// is the plain case: the same statistics, the merge put off.
+    #[inline(always)]
+    fn complete_free(&mut self, id: BlockId, context: &Option<Frames>, may_park: bool) {
         if self.history.is_some() {
             let frames = self.free_trace_frames(id, context);
             let b = &self.blocks[id];
@@ -139,13 +146,20 @@ impl<D: Device> CachingAllocator<D> {
         let (original_size, requested, pool) = (b.size, b.requested_size, b.pool);
         b.set_context_when_allocated(None);
 
-        let (merged, subsumed) = self.merge_and_pool(id);
-        let b = &self.blocks[id];
+        let parked = if may_park { self.park(id) } else { None };
+        let (merged, subsumed, expandable, split, size) = match parked {
+            Some(m) => (1, m.subsumed, false, m.split, m.size),
+            None => {
+                let (merged, subsumed) = self.merge_and_pool(id);
+                let b = &self.blocks[id];
+                (merged, subsumed, b.expandable.is_some(), b.is_split(), b.size)
+            }
+        };
         // inactive_split is not kept for expandable blocks.
-        let inactive_split = match (b.expandable, b.is_split()) {
-            (Some(_), _) => (0, 0),
-            (None, false) => (-(merged as i64), -(subsumed as i64)),
-            (None, true) => (1 - merged as i64, b.size as i64 - subsumed as i64),
+        let inactive_split = match (expandable, split) {
+            (true, _) => (0, 0),
+            (false, false) => (-(merged as i64), -(subsumed as i64)),
+            (false, true) => (1 - merged as i64, size as i64 - subsumed as i64),
         };
         let kind = self.pools[pool.0 as usize].kind;
         self.stats.account_free_completed(kind, original_size, requested, inactive_split);

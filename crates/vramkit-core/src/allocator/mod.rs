@@ -2,7 +2,8 @@
 //!
 //! The public operations live here; the algorithm is split by job:
 //! `malloc.rs` (search, new segments, the retry ladder, splitting),
-//! `free.rs` (free, merging, stream events), `release.rs` (returning
+//! `free.rs` (free, merging, stream events), `parked.rs` (a free whose
+//! merge waits for the next request, which may split it back), `release.rs` (returning
 //! segments to the device: targeted release, `empty_cache`, garbage
 //! collection), `snapshot.rs` (state export), `invariants.rs` (the checker).
 
@@ -10,6 +11,7 @@ mod expandable;
 mod free;
 mod invariants;
 mod malloc;
+mod parked;
 mod private_pool;
 mod release;
 mod restore;
@@ -107,6 +109,15 @@ pub struct CachingAllocator<D: Device> {
     pub(crate) max_split_size_changed: bool,
     /// The registration counter the next segment gets.
     pub(crate) next_registration_counter: u32,
+    /// A free whose merge is put off (`parked.rs`); every operation but
+    /// `malloc`, `free` and the readers that know about it does the merge first.
+    pub(crate) parked: Option<parked::Parked>,
+    /// The last split best fit chose, while its pool's free set is as the
+    /// split left it (`parked.rs`).
+    pub(crate) split_memo: Option<parked::SplitMemo>,
+    /// Whether frees may be parked (always, but for the tests that compare
+    /// against the allocator without it).
+    pub(crate) parking: bool,
 }
 
 /// A fast hasher for 512-byte-aligned addresses.
@@ -159,6 +170,9 @@ impl<D: Device> CachingAllocator<D> {
             freeable_pools: Vec::new(),
             captures_underway: Vec::new(),
             deferred_frees: Vec::new(),
+            parked: None,
+            split_memo: None,
+            parking: true,
         };
         if allocator.config.per_process_memory_fraction < 1.0 {
             allocator.apply_memory_fraction(allocator.config.per_process_memory_fraction);
@@ -246,7 +260,7 @@ impl<D: Device> CachingAllocator<D> {
         if size == 0 {
             return Ok(DeviceAddr(0));
         }
-        let result = self.malloc_impl(size, stream, context).map(|id| DeviceAddr(self.blocks[id].addr));
+        let result = self.malloc_impl(size, stream, context).map(DeviceAddr);
         self.validate();
         result
     }
@@ -262,6 +276,7 @@ impl<D: Device> CachingAllocator<D> {
             return Ok(());
         }
         let id = self.allocated.remove(ptr.0).ok_or_else(|| Error::UnknownPointer { addr: ptr })?;
+        self.settle_parked();
         self.free_impl(id, context);
         self.validate();
         Ok(())
@@ -271,6 +286,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `stream`, so after it is freed it is not reused until the work queued
     /// on `stream` so far has completed. Uses on the block's own stream are ignored.
     pub fn record_stream(&mut self, ptr: DeviceAddr, stream: StreamId) -> Result<(), Error> {
+        self.settle_parked();
         let id = self.allocated.get(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         let in_capture = self.capture_underway();
         let block = &mut self.blocks[id];
@@ -290,6 +306,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `torch.cuda.empty_cache()`: wait for pending stream events, then give
     /// every wholly free segment back to the device.
     pub fn empty_cache(&mut self) {
+        self.settle_parked();
         self.release_cached_blocks(None);
         self.validate();
     }
@@ -310,6 +327,7 @@ impl<D: Device> CachingAllocator<D> {
         if !(0.0..=1.0).contains(&fraction) {
             return Err(Error::InvalidFraction { fraction });
         }
+        self.settle_parked();
         self.config.per_process_memory_fraction = fraction;
         self.apply_memory_fraction(fraction);
         Ok(())
@@ -330,6 +348,7 @@ impl<D: Device> CachingAllocator<D> {
     /// leaves the others as they are. `memory_stats()["max_split_size"]`
     /// keeps its construction-time value, as in PyTorch.
     pub fn update_settings(&mut self, conf: &str) -> Result<(), Error> {
+        self.settle_parked();
         let fraction_before = self.config.per_process_memory_fraction;
         let max_split_before = self.config.max_split_size_bytes;
         self.config.update(conf)?;
@@ -343,6 +362,7 @@ impl<D: Device> CachingAllocator<D> {
     /// Replaces every setting at once (the fraction is re-applied).
     pub fn set_config(&mut self, config: AllocatorConfig) -> Result<(), Error> {
         config.validate()?;
+        self.settle_parked();
         self.max_split_size_changed |= config.max_split_size_bytes != self.config.max_split_size_bytes;
         self.config = config;
         self.apply_memory_fraction(self.config.per_process_memory_fraction);
@@ -372,6 +392,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Starts (or with `None` stops and clears) history recording.
     pub fn record_history(&mut self, config: Option<HistoryConfig>) {
+        self.settle_parked();
         self.history = config.map(History::new);
     }
 
@@ -388,6 +409,7 @@ impl<D: Device> CachingAllocator<D> {
     /// Frees the blocks whose stream events have completed, as the start of
     /// every `malloc` does. Replays call it at the end of a trace.
     pub fn process_events(&mut self) {
+        self.settle_parked();
         if !self.capture_underway() {
             self.process_events_impl(&None);
         }

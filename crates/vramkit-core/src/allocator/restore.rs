@@ -172,6 +172,7 @@ impl<D: Device> CachingAllocator<D> {
     /// block (`free_requested`), but it is not reusable until
     /// [`free_completed`](Self::free_completed) at the same address.
     pub fn free_requested(&mut self, ptr: DeviceAddr) -> Result<(), Error> {
+        self.settle_parked();
         let id = self.allocated.remove(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         self.blocks[id].held = true;
         self.held.insert(ptr.0, id);
@@ -183,6 +184,7 @@ impl<D: Device> CachingAllocator<D> {
     /// The second half: the block freed at `ptr` becomes reusable (merged
     /// and pooled), as when its last stream event completes.
     pub fn free_completed(&mut self, ptr: DeviceAddr) -> Result<(), Error> {
+        self.settle_parked();
         let id = self.held.remove(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         let b = &mut self.blocks[id];
         b.held = false;
@@ -198,6 +200,7 @@ impl<D: Device> CachingAllocator<D> {
     /// uses do: the allocator then frees it itself when the event completes
     /// (at the next `malloc`) or in a synchronisation.
     pub fn hold_with_event(&mut self, ptr: DeviceAddr, stream: StreamId) -> Result<(), Error> {
+        self.settle_parked();
         let id = self.held.remove(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         self.blocks[id].held = false;
         let event = self.device.record_event(stream);
