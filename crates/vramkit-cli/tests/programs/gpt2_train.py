@@ -4,12 +4,11 @@ A user's training script as vramkit run sees it: nothing in it knows about vramk
 comes from --batch (or the environment variable BS); mixed precision is bfloat16 where the GPU has
 it and float16 with a gradient scaler where it does not (a T4).
 """
-import argparse
-import os
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import training
 
 
 class GPT(nn.Module):
@@ -31,27 +30,17 @@ class GPT(nn.Module):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch", type=int, default=int(os.environ.get("BS", "8")))
-    parser.add_argument("--seq", type=int, default=1024)
-    parser.add_argument("--steps", type=int, default=2)
-    args = parser.parse_args()
-
-    device = torch.device("cuda")
-    model = GPT().to(device)
+    args = training.arguments(__doc__, batch=8)
+    seq = 1024
+    model = GPT().cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1)
-    half = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    scaler = torch.amp.GradScaler("cuda", enabled=half == torch.float16)
-    for step in range(args.steps):
-        ids = torch.randint(0, 50257, (args.batch, args.seq + 1), device=device)
-        with torch.autocast("cuda", dtype=half):
-            logits = model(ids[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), ids[:, 1:].flatten())
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        print(f"step {step}: loss {loss.item():.3f}")
+
+    def loss_of_step(step):
+        ids = torch.randint(0, 50257, (args.batch, seq + 1), device="cuda")
+        logits = model(ids[:, :-1])
+        return F.cross_entropy(logits.float().flatten(0, 1), ids[:, 1:].flatten())
+
+    training.train(loss_of_step, optimizer, args.steps, training.half_precision())
 
 
 if __name__ == "__main__":

@@ -3,12 +3,11 @@
 A user's training script: channels-last, automatic mixed precision, SGD with momentum, and
 cudnn.benchmark on, as image models are usually trained. The batch size is --batch (or $BS).
 """
-import argparse
-import os
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import training
 
 
 class Bottleneck(nn.Module):
@@ -39,25 +38,17 @@ def resnet50(classes=1000):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch", type=int, default=int(os.environ.get("BS", "64")))
-    parser.add_argument("--steps", type=int, default=2)
-    args = parser.parse_args()
-
+    args = training.arguments(__doc__, batch=64)
     torch.backends.cudnn.benchmark = True
     model = resnet50().cuda().to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    scaler = torch.amp.GradScaler("cuda")
-    for step in range(args.steps):
+
+    def loss_of_step(step):
         images = torch.randn(args.batch, 3, 224, 224, device="cuda").contiguous(memory_format=torch.channels_last)
         labels = torch.randint(0, 1000, (args.batch,), device="cuda")
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = F.cross_entropy(model(images), labels)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        print(f"step {step}: loss {loss.item():.3f}")
+        return F.cross_entropy(model(images), labels)
+
+    training.train(loss_of_step, optimizer, args.steps, torch.float16)
 
 
 if __name__ == "__main__":

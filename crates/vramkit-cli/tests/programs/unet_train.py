@@ -2,16 +2,16 @@
 
 A user's training script: 64x64 RGB images, a sinusoidal timestep embedding added in every
 residual block, self-attention (nn.MultiheadAttention) at 16x16 and 8x8, skip connections from
-the down path to the up path, the noise-prediction loss, AdamW, bfloat16 autocast where the GPU has
-it. The batch size is --batch (or $BS).
+the down path to the up path, the noise-prediction loss, AdamW, mixed precision. The batch size is
+--batch (or $BS).
 """
-import argparse
 import math
-import os
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import training
 
 
 def sinusoidal(t, dim):
@@ -46,75 +46,75 @@ class SelfAttention(nn.Module):
         return x + out.transpose(1, 2).reshape(b, c, h, w)
 
 
-class UNet(nn.Module):
-    def __init__(self, base=128, mults=(1, 2, 2, 4), attention_at=(16, 8), size=64):
+class Level(nn.Module):
+    """Residual blocks at one resolution, each followed by attention or not, taking (on the way up)
+    one skip connection per block; `resample` changes the resolution after them."""
+
+    def __init__(self, cin, cout, tdim, skips, attend, resample):
         super().__init__()
-        tdim = base * 4
+        self.skips = skips
+        self.blocks = nn.ModuleList(Residual((cin if i == 0 else cout) + s, cout, tdim) for i, s in enumerate(skips))
+        self.attend = nn.ModuleList(SelfAttention(cout) if attend else nn.Identity() for _ in skips)
+        self.resample = resample
+
+    def forward(self, x, temb, saved):
+        for block, attend, skip in zip(self.blocks, self.attend, self.skips):
+            x = attend(block(torch.cat([x, saved.pop()], dim=1) if skip else x, temb))
+            if not skip:
+                saved.append(x)
+        return self.resample(x)
+
+
+class UNet(nn.Module):
+    def __init__(self, base=128, mults=(1, 2, 2, 4), attend_at=(16, 8), size=64):
+        super().__init__()
+        tdim, widths = base * 4, [base * m for m in mults]
         self.base = base
         self.time = nn.Sequential(nn.Linear(base, tdim), nn.SiLU(), nn.Linear(tdim, tdim))
         self.inp = nn.Conv2d(3, base, 3, padding=1)
-        self.down, self.up = nn.ModuleList(), nn.ModuleList()
-        chans, skips, res = base, [base], size
-        for level, mult in enumerate(mults):
-            for _ in range(2):
-                attn = SelfAttention(base * mult) if res in attention_at else nn.Identity()
-                self.down.append(nn.ModuleList([Residual(chans, base * mult, tdim), attn]))
-                chans = base * mult
-                skips.append(chans)
-            if level < len(mults) - 1:
-                self.down.append(nn.Conv2d(chans, chans, 3, stride=2, padding=1))
-                skips.append(chans)
-                res //= 2
-        self.middle = nn.ModuleList([Residual(chans, chans, tdim), SelfAttention(chans), Residual(chans, chans, tdim)])
-        for level, mult in reversed(list(enumerate(mults))):
-            for _ in range(3):
-                attn = SelfAttention(base * mult) if res in attention_at else nn.Identity()
-                self.up.append(nn.ModuleList([Residual(chans + skips.pop(), base * mult, tdim), attn]))
-                chans = base * mult
-            if level > 0:
-                self.up.append(nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(chans, chans, 3, padding=1)))
-                res *= 2
-        self.out = nn.Sequential(nn.GroupNorm(32, chans), nn.SiLU(), nn.Conv2d(chans, 3, 3, padding=1))
+        self.down, self.up, saved, cin = nn.ModuleList(), nn.ModuleList(), [base], base
+        for i, width in enumerate(widths):
+            last = i == len(widths) - 1
+            resample = nn.Identity() if last else nn.Conv2d(width, width, 3, stride=2, padding=1)
+            self.down.append(Level(cin, width, tdim, [0, 0], size >> i in attend_at, resample))
+            saved += [width, width] + ([] if last else [width])
+            cin = width
+        self.middle = Level(cin, cin, tdim, [0], True, nn.Identity())
+        self.middle_out = Residual(cin, cin, tdim)
+        for i, width in reversed(list(enumerate(widths))):
+            resample = nn.Sequential(nn.Upsample(scale_factor=2), nn.Conv2d(width, width, 3, padding=1)) if i else nn.Identity()
+            self.up.append(Level(cin, width, tdim, [saved.pop() for _ in range(3)], size >> i in attend_at, resample))
+            cin = width
+        self.out = nn.Sequential(nn.GroupNorm(32, cin), nn.SiLU(), nn.Conv2d(cin, 3, 3, padding=1))
 
     def forward(self, x, t):
         temb = self.time(sinusoidal(t, self.base))
         h = self.inp(x)
-        hs = [h]
-        for layer in self.down:
-            h = layer[1](layer[0](h, temb)) if isinstance(layer, nn.ModuleList) else layer(h)
-            hs.append(h)
-        h = self.middle[2](self.middle[1](self.middle[0](h, temb)), temb)
-        for layer in self.up:
-            if isinstance(layer, nn.ModuleList):
-                h = layer[1](layer[0](torch.cat([h, hs.pop()], dim=1), temb))
-            else:
-                h = layer(h)
+        saved = [h]
+        for level in self.down:
+            h = level(h, temb, saved)
+            if not isinstance(level.resample, nn.Identity):
+                saved.append(h)
+        h = self.middle_out(self.middle(h, temb, []), temb)
+        for level in self.up:
+            h = level(h, temb, saved)
         return self.out(h)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch", type=int, default=int(os.environ.get("BS", "32")))
-    parser.add_argument("--steps", type=int, default=2)
-    args = parser.parse_args()
-
+    args = training.arguments(__doc__, batch=32)
     model = UNet().cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4)
-    half = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    betas = torch.linspace(1e-4, 0.02, 1000, device="cuda")
-    alphas = torch.cumprod(1 - betas, dim=0)
-    for step in range(args.steps):
+    alphas = torch.cumprod(1 - torch.linspace(1e-4, 0.02, 1000, device="cuda"), dim=0)
+
+    def loss_of_step(step):
         images = torch.randn(args.batch, 3, 64, 64, device="cuda")
         t = torch.randint(0, 1000, (args.batch,), device="cuda")
         noise = torch.randn_like(images)
         a = alphas[t][:, None, None, None]
-        noisy = a.sqrt() * images + (1 - a).sqrt() * noise
-        with torch.autocast("cuda", dtype=half):
-            loss = F.mse_loss(model(noisy, t).float(), noise)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        print(f"step {step}: loss {loss.item():.3f}")
+        return F.mse_loss(model(a.sqrt() * images + (1 - a).sqrt() * noise, t).float(), noise)
+
+    training.train(loss_of_step, optimizer, args.steps, training.half_precision())
 
 
 if __name__ == "__main__":
