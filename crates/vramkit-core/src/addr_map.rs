@@ -1,4 +1,5 @@
-//! `AddrMap`: blocks by device address (the allocated and held maps).
+//! `AddrMap`: values by device address (the allocator's allocated and held
+//! blocks; a front end's set of freed addresses).
 //!
 //! Every `malloc` adds an address and every `free` looks one up and takes
 //! it out, so this sits on the hot path. Open addressing with linear
@@ -8,33 +9,42 @@
 //! removal by shifting the entries after the hole back, so no tombstones
 //! pile up. A lookup of a live address usually reads one slot.
 
-use crate::block::BlockId;
-
 /// Slots of a new map.
 const INITIAL_SLOTS: usize = 16;
 
-/// A map from block addresses to blocks.
+/// A map from device addresses to small `Copy` values, with a cheap hash.
+///
+/// ```
+/// use vramkit_core::AddrMap;
+///
+/// let mut freed = AddrMap::default();
+/// assert!(freed.insert(0x7f00_0000_0200, ()));
+/// assert!(!freed.insert(0x7f00_0000_0200, ())); // already there: unchanged
+/// assert!(freed.contains(0x7f00_0000_0200));
+/// assert_eq!(freed.remove(0x7f00_0000_0200), Some(()));
+/// assert!(freed.is_empty());
+/// ```
 #[derive(Clone, Debug)]
-pub(crate) struct AddrMap {
-    /// `(address, block)` or empty (16 bytes either way: block ids are
-    /// never 0). The length is a power of two, at least twice `len`; an
-    /// entry lies at its home slot or after it, with no empty slot in
-    /// between (linear probing).
-    slots: Vec<Option<(u64, BlockId)>>,
+pub struct AddrMap<V> {
+    /// `(address, value)` or empty (16 bytes for the allocator's block ids,
+    /// which are never 0). The length is a power of two, at least twice
+    /// `len`; an entry lies at its home slot or after it, with no empty
+    /// slot in between (linear probing).
+    slots: Vec<Option<(u64, V)>>,
     /// Live entries.
     len: usize,
     /// `64 - log2(slots.len())`: the product's top bits are the home slot.
     shift: u32,
 }
 
-impl Default for AddrMap {
+impl<V: Copy> Default for AddrMap<V> {
     fn default() -> Self {
         AddrMap::with_slots(INITIAL_SLOTS)
     }
 }
 
-impl AddrMap {
-    fn with_slots(n: usize) -> AddrMap {
+impl<V: Copy> AddrMap<V> {
+    fn with_slots(n: usize) -> AddrMap<V> {
         debug_assert!(n.is_power_of_two() && n >= 2);
         AddrMap { slots: vec![None; n], len: 0, shift: 64 - n.trailing_zeros() }
     }
@@ -69,33 +79,49 @@ impl AddrMap {
         self.len
     }
 
-    /// The block at `addr`.
+    /// No entries.
     #[inline]
-    pub fn get(&self, addr: u64) -> Option<BlockId> {
-        self.slots[self.find(addr)?].map(|(_, id)| id)
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
-    /// Adds `addr`, which must not be in the map yet.
+    /// The value at `addr`.
     #[inline]
-    pub fn insert(&mut self, addr: u64, id: BlockId) {
-        debug_assert!(self.find(addr).is_none(), "{addr:#x} inserted twice");
+    pub fn get(&self, addr: u64) -> Option<V> {
+        self.slots[self.find(addr)?].map(|(_, v)| v)
+    }
+
+    /// Whether `addr` is in the map.
+    #[inline]
+    pub fn contains(&self, addr: u64) -> bool {
+        self.find(addr).is_some()
+    }
+
+    /// Adds `addr` with `value`; false (and nothing changes) if `addr` is
+    /// there already.
+    #[inline]
+    pub fn insert(&mut self, addr: u64, value: V) -> bool {
         if 2 * (self.len + 1) > self.slots.len() {
             self.grow();
         }
         let mask = self.mask();
         let mut i = self.home(addr);
-        while self.slots[i].is_some() {
+        while let Some((k, _)) = self.slots[i] {
+            if k == addr {
+                return false;
+            }
             i = (i + 1) & mask;
         }
-        self.slots[i] = Some((addr, id));
+        self.slots[i] = Some((addr, value));
         self.len += 1;
+        true
     }
 
-    /// Takes `addr` out; its block, if it was there.
+    /// Takes `addr` out; its value, if it was there.
     #[inline]
-    pub fn remove(&mut self, addr: u64) -> Option<BlockId> {
+    pub fn remove(&mut self, addr: u64) -> Option<V> {
         let mut hole = self.find(addr)?;
-        let (_, id) = self.slots[hole]?;
+        let (_, value) = self.slots[hole]?;
         let mask = self.mask();
         let mut j = hole;
         loop {
@@ -111,18 +137,25 @@ impl AddrMap {
         }
         self.slots[hole] = None;
         self.len -= 1;
-        Some(id)
+        Some(value)
     }
 
+    /// Takes every entry out (the table keeps its size).
+    pub fn clear(&mut self) {
+        self.slots.fill(None);
+        self.len = 0;
+    }
+
+    #[cold]
     fn grow(&mut self) {
         let old = std::mem::replace(self, AddrMap::with_slots(2 * self.slots.len()));
-        for (addr, id) in old.iter() {
-            self.insert(addr, id);
+        for (addr, v) in old.iter() {
+            self.insert(addr, v);
         }
     }
 
     /// Every entry, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, BlockId)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (u64, V)> + '_ {
         self.slots.iter().flatten().copied()
     }
 }
@@ -130,6 +163,7 @@ impl AddrMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::block::BlockId;
     use proptest::prelude::*;
     use std::collections::HashMap;
 
@@ -142,9 +176,10 @@ mod tests {
             let mut model = HashMap::new();
             for (n, (insert, slot)) in ops.into_iter().enumerate() {
                 let addr = slot << 9;
-                if insert && !model.contains_key(&addr) {
-                    map.insert(addr, BlockId::for_test(n as u32));
-                    model.insert(addr, BlockId::for_test(n as u32));
+                if insert {
+                    let id = BlockId::for_test(n as u32);
+                    prop_assert_eq!(map.insert(addr, id), !model.contains_key(&addr));
+                    model.entry(addr).or_insert(id);
                 } else {
                     prop_assert_eq!(map.remove(addr), model.remove(&addr));
                 }

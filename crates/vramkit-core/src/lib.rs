@@ -17,6 +17,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod summary;
 
+pub use addr_map::AddrMap;
 pub use allocator::{
     set_invariant_checks, AddrHasher, AfterEmptyCache, CachingAllocator, InvariantViolation, PoolError, RestoreError, StreamFilter,
 };

@@ -332,7 +332,8 @@ impl<D: Device> CachingAllocator<D> {
             let frames = self.trace_frames(&context, ContextLevel::Alloc);
             self.record_trace(TraceAction::Alloc, addr, params.orig_size, params.stream, frames);
         }
-        self.allocated.insert(addr, block);
+        let fresh = self.allocated.insert(addr, block);
+        debug_assert!(fresh, "{addr:#x} handed out twice");
         let kind = self.pools[params.pool.0 as usize].kind;
         let oversize = block_size >= self.config.max_split_size();
         self.stats.account_block_allocated(kind, block_size, params.orig_size, oversize, inactive_split);

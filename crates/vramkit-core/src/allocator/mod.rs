@@ -75,9 +75,9 @@ pub struct CachingAllocator<D: Device> {
     /// Index 0: default large pool, 1: default small pool; private pools after.
     pub(crate) pools: Vec<BlockPool>,
     /// Allocated blocks by address (PyTorch's `allocated_blocks`).
-    pub(crate) allocated: AddrMap,
+    pub(crate) allocated: AddrMap<BlockId>,
     /// Blocks freed with `free_requested`, waiting for `free_completed`.
-    pub(crate) held: AddrMap,
+    pub(crate) held: AddrMap<BlockId>,
     /// Pending `record_stream` events per stream, oldest first. Streams are
     /// walked from the highest handle down. PyTorch walks them in the order
     /// of its hash map of c10 stream ids, which a device handle does not
@@ -272,14 +272,27 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `free`, with the stack of the free site for history at context level `All`.
     pub fn free_with_context(&mut self, ptr: DeviceAddr, context: Option<Frames>) -> Result<(), Error> {
+        self.free_inner(ptr, context).map(|_| ())
+    }
+
+    /// `free`, returning the size `malloc` was asked for (0 for the null
+    /// address): what a front end compares with the size its caller passes
+    /// back, without a second lookup.
+    pub fn free_returning_requested_size(&mut self, ptr: DeviceAddr) -> Result<u64, Error> {
+        self.free_inner(ptr, None)
+    }
+
+    #[inline(always)]
+    fn free_inner(&mut self, ptr: DeviceAddr, context: Option<Frames>) -> Result<u64, Error> {
         if ptr.0 == 0 {
-            return Ok(());
+            return Ok(0);
         }
         let id = self.allocated.remove(ptr.0).ok_or_else(|| Error::UnknownPointer { addr: ptr })?;
         self.settle_parked();
+        let requested = self.blocks[id].requested_size;
         self.free_impl(id, context);
         self.validate();
-        Ok(())
+        Ok(requested)
     }
 
     /// `Tensor.record_stream(stream)`: the block at `ptr` is also used on

@@ -136,11 +136,13 @@ impl<D: Device> CachingAllocator<D> {
             let oversize = info.size >= self.config.max_split_size();
             match info.state {
                 BlockState::ActiveAllocated => {
-                    self.allocated.insert(addr, id);
+                    let fresh = self.allocated.insert(addr, id);
+                    debug_assert!(fresh);
                     self.stats.account_block_allocated(kind, info.size, info.requested_size, oversize, (0, 0));
                 }
                 BlockState::ActivePendingFree => {
-                    self.held.insert(addr, id);
+                    let fresh = self.held.insert(addr, id);
+                    debug_assert!(fresh);
                     self.stats.account_block_allocated(kind, info.size, info.requested_size, oversize, (0, 0));
                     self.stats.account_free_requested(kind, info.size, oversize);
                 }
@@ -175,7 +177,8 @@ impl<D: Device> CachingAllocator<D> {
         self.settle_parked();
         let id = self.allocated.remove(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         self.blocks[id].held = true;
-        self.held.insert(ptr.0, id);
+        let fresh = self.held.insert(ptr.0, id);
+        debug_assert!(fresh);
         self.free_impl(id, None);
         self.validate();
         Ok(())
