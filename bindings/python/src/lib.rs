@@ -12,11 +12,15 @@
 //! are one process-wide state (`vramkit_capi::process`).
 //!
 //! The snapshot-file tools (`files`) run the replayer on a file read by
-//! [`files::read_snapshot`].
+//! [`files::read_snapshot`]; `simgpu` gives the environment that runs a
+//! program on the simulated GPU the wheel ships. The `vramkit` command is
+//! not in here: it is the CLI's own binary, shipped beside this module
+//! (`build.rs`) and started by `python/vramkit/_command.py`.
 
 #![forbid(unsafe_code)]
 
 mod files;
+mod simgpu;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -118,10 +122,20 @@ fn devices_in_use() -> Vec<i32> {
     process::devices_in_use()
 }
 
+/// Whether the C entry points follow the allocator rules of PyTorch release
+/// `version` (`2.15.0+cu132`): vramkit-core's rules for that release line
+/// are the ones its settings carry (PyTorch 2.10 and 2.11's by default).
+#[pyfunction]
+fn follows_pytorch_rules(version: &str) -> PyResult<bool> {
+    let release = vramkit_core::PytorchRelease::parse(version).map_err(PyValueError::new_err)?;
+    Ok(process::settings().compat == release.compat())
+}
+
 /// The module `vramkit._vramkit`.
 #[pymodule]
 fn _vramkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("SIMGPU_SHIPPED_ENV", vramkit_simgpu::SHIPPED_ENV)?;
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(memory_summary, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot_json, m)?)?;
@@ -135,10 +149,12 @@ fn _vramkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(select_backend, m)?)?;
     m.add_function(wrap_pyfunction!(boundary_errors, m)?)?;
     m.add_function(wrap_pyfunction!(devices_in_use, m)?)?;
+    m.add_function(wrap_pyfunction!(follows_pytorch_rules, m)?)?;
     m.add_function(wrap_pyfunction!(files::replay_json, m)?)?;
     m.add_function(wrap_pyfunction!(files::verify_json, m)?)?;
     m.add_function(wrap_pyfunction!(files::tune_json, m)?)?;
     m.add_function(wrap_pyfunction!(files::doctor_json, m)?)?;
     m.add_function(wrap_pyfunction!(files::report_html, m)?)?;
+    m.add_function(wrap_pyfunction!(simgpu::simgpu_env, m)?)?;
     Ok(())
 }

@@ -155,11 +155,18 @@ impl Registry {
 
     /// The allocator of `device`, created on first use. A device that cannot
     /// be created prints why once and keeps failing with the same reason.
+    #[inline]
     pub(crate) fn device(&self, device: i32) -> Result<&dyn FrontEnd, Error> {
-        let slot = Self::slot(device)?;
-        if let Some(front) = self.devices[slot].get() {
-            return Ok(front.as_ref());
+        match usize::try_from(device).ok().and_then(|slot| self.devices.get(slot)?.get()) {
+            Some(front) => Ok(front.as_ref()),
+            None => self.first_use(device),
         }
+    }
+
+    /// `device` when it has no allocator yet: made here, once.
+    #[cold]
+    fn first_use(&self, device: i32) -> Result<&dyn FrontEnd, Error> {
+        let slot = Self::slot(device)?;
         let _creating = self.creating.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(front) = self.devices[slot].get() {
             return Ok(front.as_ref());

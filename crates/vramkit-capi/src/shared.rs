@@ -3,22 +3,19 @@
 //! checks a C boundary needs.
 //!
 //! The core trusts its caller; a C caller can pass anything. So the front
-//! end asks the core which blocks are live and what size each was asked
-//! for (`CachingAllocator::requested_size`), remembers recently freed
-//! addresses, and refuses (or reports) a free of an address it does not
-//! know, one already freed, or one with a wrong size, before the core acts.
+//! end lets the core refuse a free of an address that is not live (one
+//! lookup, which also gives the size `malloc` was asked for), remembers
+//! freed addresses to tell a double free from a stranger, and reports a
+//! free with a wrong size.
 
 use crate::Error;
-use std::collections::{BTreeMap, HashSet};
-use std::hash::BuildHasherDefault;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use vramkit_core::{
-    memory_summary, AddrHasher, AllocatorConfig, CachingAllocator, Device, DeviceAddr, DeviceStats, HistoryConfig,
-    Snapshot, StreamId, SummaryLayout,
+    memory_summary, AddrMap, AllocatorConfig, CachingAllocator, Device, DeviceAddr, DeviceStats, HistoryConfig, Snapshot,
+    StreamId, SummaryLayout,
 };
-
-type AddrSet = HashSet<u64, BuildHasherDefault<AddrHasher>>;
 
 /// Addresses remembered as "freed" to tell a double free from a stranger;
 /// past this many the memory is cleared (a double free of a forgotten
@@ -30,8 +27,11 @@ struct State<D: Device> {
     /// The live blocks are the core's allocated blocks; the size each was
     /// asked for is its `requested_size`.
     allocator: CachingAllocator<D>,
-    /// Addresses handed out before and freed since (not live now).
-    freed: AddrSet,
+    /// Addresses freed at least once (since the last clearing). Only asked
+    /// about addresses the core does not hold live, so one handed out
+    /// again need not leave it: a cache-hit `malloc` costs nothing here,
+    /// and a `free` of an address already in it changes nothing.
+    freed: AddrMap<()>,
 }
 
 /// A thread-safe front end for one device: a [`CachingAllocator`] behind a
@@ -62,7 +62,7 @@ impl<D: Device> SharedAllocator<D> {
         let allocator = CachingAllocator::new(device, config).with_device_index(i64::from(device_index));
         SharedAllocator {
             device_index,
-            state: Mutex::new(State { allocator, freed: AddrSet::default() }),
+            state: Mutex::new(State { allocator, freed: AddrMap::default() }),
             boundary_errors: AtomicU64::new(0),
         }
     }
@@ -96,10 +96,7 @@ impl<D: Device> SharedAllocator<D> {
         if size_bytes == 0 {
             return Ok(DeviceAddr(0));
         }
-        let mut state = self.lock_for_change()?;
-        let addr = state.allocator.malloc(size_bytes, stream)?;
-        state.freed.remove(&addr.0);
-        Ok(addr)
+        Ok(self.lock_for_change()?.allocator.malloc(size_bytes, stream)?)
     }
 
     /// `free` of a block `malloc` returned, with the size it was asked for.
@@ -114,20 +111,23 @@ impl<D: Device> SharedAllocator<D> {
             return if size_bytes == 0 { Ok(()) } else { Err(self.misuse(Error::NullPointer { size_bytes })) };
         }
         let mut state = self.lock_for_change()?;
-        let Some(requested_bytes) = state.allocator.requested_size(addr) else {
-            let device = self.device_index;
-            let error = if state.freed.contains(&addr.0) {
-                Error::DoubleFree { addr, device }
-            } else {
-                Error::UnknownPointer { addr, device }
-            };
-            return Err(self.misuse(error));
+        let requested_bytes = match state.allocator.free_returning_requested_size(addr) {
+            Ok(requested_bytes) => requested_bytes,
+            Err(vramkit_core::Error::UnknownPointer { .. }) => {
+                let device = self.device_index;
+                let error = if state.freed.contains(addr.0) {
+                    Error::DoubleFree { addr, device }
+                } else {
+                    Error::UnknownPointer { addr, device }
+                };
+                return Err(self.misuse(error));
+            }
+            Err(other) => return Err(other.into()),
         };
-        state.allocator.free(addr)?;
         if state.freed.len() >= FREED_MEMORY_LIMIT {
             state.freed.clear();
         }
-        state.freed.insert(addr.0);
+        state.freed.insert(addr.0, ());
         drop(state);
         if requested_bytes != size_bytes {
             return Err(self.misuse(Error::WrongSize { addr, size_bytes, allocated_bytes: requested_bytes }));

@@ -21,9 +21,11 @@ pub enum Error {
         /// The address passed.
         addr: DeviceAddr,
     },
-    /// A settings string or value was refused.
+    /// A settings string or value was refused. Boxed, as the
+    /// out-of-memory details are: every `malloc` returns a `Result` of this
+    /// type, and a small one is cheaper to pass back.
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(Box<ConfigError>),
     /// A private-pool call was refused.
     #[error(transparent)]
     Pool(#[from] crate::allocator::PoolError),
@@ -33,6 +35,12 @@ pub enum Error {
         /// The value passed.
         fraction: f64,
     },
+}
+
+impl From<ConfigError> for Error {
+    fn from(error: ConfigError) -> Self {
+        Error::Config(Box::new(error))
+    }
 }
 
 impl Error {

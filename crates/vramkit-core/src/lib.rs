@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod addr_map;
 mod allocator;
 mod block;
 pub mod config;
@@ -16,6 +17,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod summary;
 
+pub use addr_map::AddrMap;
 pub use allocator::{
     set_invariant_checks, AddrHasher, AfterEmptyCache, CachingAllocator, InvariantViolation, PoolError, RestoreError, StreamFilter,
 };

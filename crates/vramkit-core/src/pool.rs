@@ -43,18 +43,34 @@ pub(crate) struct FreeEntry {
     pub addr: u64,
     pub counter: u32,
     pub id: BlockId,
+    /// Where the entry was in its stream's vector when found (`NOWHERE`
+    /// in a tree, or when not known): a hint that saves the search when
+    /// the entry is taken out or rewritten, checked before it is trusted.
+    pub index: u32,
 }
+
+/// The index hint of an entry whose place is not known.
+pub(crate) const NOWHERE: u32 = u32::MAX;
 
 impl FreeEntry {
     #[inline]
-    fn key(&self) -> FreeKey {
+    pub fn key(&self) -> FreeKey {
         FreeKey { size: self.size, counter: self.counter, addr: self.addr }
     }
 }
 
 #[inline]
 fn entry(stream: StreamId, key: FreeKey, id: BlockId) -> FreeEntry {
-    FreeEntry { stream, size: key.size, addr: key.addr, counter: key.counter, id }
+    FreeEntry { stream, size: key.size, addr: key.addr, counter: key.counter, id, index: NOWHERE }
+}
+
+/// The index of `k` in a sorted vector, trying `hint` first.
+#[inline(always)]
+fn index_of(v: &[(FreeKey, BlockId)], k: FreeKey, hint: u32) -> Option<usize> {
+    match v.get(hint as usize) {
+        Some(e) if e.0 == k => Some(hint as usize),
+        _ => v.binary_search_by_key(&k, |e| e.0).ok(),
+    }
 }
 
 /// An ordered map from keys to blocks: a sorted `Vec` while small (the
@@ -90,19 +106,26 @@ impl Ordered {
                     true
                 }
             },
-            Ordered::Large(m) => m.insert(k, id).is_none(),
+            // As the vector does, an entry already there is kept.
+            Ordered::Large(m) => match m.entry(k) {
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(id);
+                    true
+                }
+                std::collections::btree_map::Entry::Occupied(_) => false,
+            },
         }
     }
 
     #[inline]
-    fn remove(&mut self, k: FreeKey) -> bool {
+    fn remove(&mut self, k: FreeKey, hint: u32) -> bool {
         match self {
-            Ordered::Small(v) => match v.binary_search_by_key(&k, |e| e.0) {
-                Ok(at) => {
+            Ordered::Small(v) => match index_of(v, k, hint) {
+                Some(at) => {
                     v.remove(at);
                     true
                 }
-                Err(_) => false,
+                None => false,
             },
             Ordered::Large(m) => {
                 let removed = m.remove(&k).is_some();
@@ -114,6 +137,28 @@ impl Ordered {
         }
     }
 
+    /// Replaces the entry at `old` by `(new, id)`; false if `old` was not
+    /// there. A split or a merge changes one free block's key without
+    /// moving it past another entry, so in a vector it is overwritten in
+    /// place.
+    #[inline(always)]
+    fn rekey(&mut self, old: FreeKey, hint: u32, new: FreeKey, id: BlockId) -> bool {
+        match self {
+            Ordered::Small(v) => {
+                let Some(at) = index_of(v, old, hint) else { return false };
+                if (at == 0 || v[at - 1].0 < new) && v.get(at + 1).is_none_or(|e| new < e.0) {
+                    v[at] = (new, id);
+                } else {
+                    v.remove(at);
+                    let at = v.partition_point(|e| e.0 < new);
+                    v.insert(at, (new, id));
+                }
+                true
+            }
+            Ordered::Large(m) => m.remove(&old).is_some() && m.insert(new, id).is_none(),
+        }
+    }
+
     #[inline]
     fn get(&self, k: FreeKey) -> Option<BlockId> {
         match self {
@@ -122,25 +167,50 @@ impl Ordered {
         }
     }
 
-    /// The first entry with key >= k.
+    /// The first entry with key >= k, and its index in a vector.
     #[inline]
-    fn at_or_after(&self, k: FreeKey) -> Option<(FreeKey, BlockId)> {
+    fn at_or_after(&self, k: FreeKey) -> Option<(FreeKey, BlockId, u32)> {
         match self {
-            Ordered::Small(v) => v.get(v.partition_point(|e| e.0 < k)).copied(),
-            Ordered::Large(m) => m.range(k..).next().map(|(&a, &b)| (a, b)),
+            Ordered::Small(v) => {
+                let at = v.partition_point(|e| e.0 < k);
+                v.get(at).map(|&(k, id)| (k, id, at as u32))
+            }
+            Ordered::Large(m) => m.range(k..).next().map(|(&a, &b)| (a, b, NOWHERE)),
         }
     }
 
-    /// The first entry with key > k.
+    /// The first entry with key > k (k found at index `hint`, or not), and
+    /// its index in a vector.
     #[inline]
-    fn after(&self, k: FreeKey) -> Option<(FreeKey, BlockId)> {
+    fn after(&self, k: FreeKey, hint: u32) -> Option<(FreeKey, BlockId, u32)> {
         match self {
-            Ordered::Small(v) => v.get(v.partition_point(|e| e.0 <= k)).copied(),
+            Ordered::Small(v) => {
+                let at = index_of(v, k, hint).map_or_else(|| v.partition_point(|e| e.0 <= k), |at| at + 1);
+                v.get(at).map(|&(k, id)| (k, id, at as u32))
+            }
             Ordered::Large(m) => {
                 use std::ops::Bound::{Excluded, Unbounded};
-                m.range((Excluded(k), Unbounded)).next().map(|(&a, &b)| (a, b))
+                m.range((Excluded(k), Unbounded)).next().map(|(&a, &b)| (a, b, NOWHERE))
             }
         }
+    }
+
+    /// The keys just before and just after `k`, which is there.
+    #[inline(always)]
+    fn around(&self, k: FreeKey) -> Option<(Option<FreeKey>, Option<FreeKey>)> {
+        match self {
+            Ordered::Small(v) => {
+                let at = v.binary_search_by_key(&k, |e| e.0).ok()?;
+                Some((at.checked_sub(1).map(|i| v[i].0), v.get(at + 1).map(|e| e.0)))
+            }
+            Ordered::Large(m) => Self::around_in_tree(m, k),
+        }
+    }
+
+    #[inline(never)]
+    fn around_in_tree(m: &BTreeMap<FreeKey, BlockId>, k: FreeKey) -> Option<(Option<FreeKey>, Option<FreeKey>)> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        m.contains_key(&k).then(|| (m.range(..k).next_back().map(|e| *e.0), m.range((Excluded(k), Unbounded)).next().map(|e| *e.0)))
     }
 
     /// The last entry with key < k.
@@ -165,6 +235,9 @@ impl Ordered {
 pub(crate) struct FreeBlocks {
     streams: Vec<(StreamId, Ordered)>,
     len: usize,
+    /// Changes so far (inserts, removals, rekeys): while it stays the same,
+    /// so do the contents.
+    generation: u64,
 }
 
 impl FreeBlocks {
@@ -178,16 +251,18 @@ impl FreeBlocks {
         self.streams.iter().find(|(s, _)| *s == stream).map(|(_, m)| m)
     }
 
-    #[inline]
+    #[inline(always)]
     fn stream_mut(&mut self, stream: StreamId) -> &mut Ordered {
-        let at = match self.streams.iter().position(|(s, _)| *s == stream) {
-            Some(at) => at,
-            None => {
-                let at = self.streams.partition_point(|(s, _)| *s < stream);
-                self.streams.insert(at, (stream, Ordered::default()));
-                at
-            }
-        };
+        match self.streams.iter().position(|(s, _)| *s == stream) {
+            Some(at) => &mut self.streams[at].1,
+            None => self.add_stream(stream),
+        }
+    }
+
+    #[inline(never)]
+    fn add_stream(&mut self, stream: StreamId) -> &mut Ordered {
+        let at = self.streams.partition_point(|(s, _)| *s < stream);
+        self.streams.insert(at, (stream, Ordered::default()));
         &mut self.streams[at].1
     }
 
@@ -196,15 +271,27 @@ impl FreeBlocks {
     pub fn insert(&mut self, stream: StreamId, key: FreeKey, id: BlockId) -> bool {
         let inserted = self.stream_mut(stream).insert(key, id);
         self.len += inserted as usize;
+        self.generation += 1;
         inserted
     }
 
-    /// Removes a free block; false if it was not there.
+    /// Removes a free block (found at index `hint`, or `NOWHERE`); false
+    /// if it was not there.
     #[inline]
-    pub fn remove(&mut self, stream: StreamId, key: FreeKey) -> bool {
-        let removed = self.stream_mut(stream).remove(key);
+    pub fn remove(&mut self, stream: StreamId, key: FreeKey, hint: u32) -> bool {
+        let removed = self.stream_mut(stream).remove(key, hint);
         self.len -= removed as usize;
+        self.generation += 1;
         removed
+    }
+
+    /// Replaces the free block at `old` (found at index `hint`, or
+    /// `NOWHERE`) by the one at `new` on the same stream: a remove and an
+    /// insert in one search, or none; false if `old` was not there.
+    #[inline]
+    pub fn rekey(&mut self, stream: StreamId, old: FreeKey, hint: u32, new: FreeKey, id: BlockId) -> bool {
+        self.generation += 1;
+        self.stream_mut(stream).rekey(old, hint, new, id)
     }
 
     /// Whether exactly this block is in the set.
@@ -217,12 +304,18 @@ impl FreeBlocks {
         self.len
     }
 
+    /// Changes so far; the contents are the same while it is.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// The first free block on `stream` with size >= `size` (the oldest
     /// segment's, then the lowest address, among equals).
     #[inline]
     pub fn lower_bound(&self, stream: StreamId, size: u64) -> Option<FreeEntry> {
-        let (k, id) = self.stream(stream)?.at_or_after(FreeKey::first_of(size))?;
-        Some(entry(stream, k, id))
+        let (k, id, index) = self.stream(stream)?.at_or_after(FreeKey::first_of(size))?;
+        Some(FreeEntry { index, ..entry(stream, k, id) })
     }
 
     /// The free block on `stream` just before the first position of `size`:
@@ -240,11 +333,18 @@ impl FreeBlocks {
         Some(entry(e.stream, k, id))
     }
 
+    /// The keys of the free blocks just before and just after the one at
+    /// `key` on `stream`, if that one is there.
+    #[inline]
+    pub fn around(&self, stream: StreamId, key: FreeKey) -> Option<(Option<FreeKey>, Option<FreeKey>)> {
+        self.stream(stream)?.around(key)
+    }
+
     /// The free block on the same stream just after `e`.
     #[inline]
     pub fn successor(&self, e: FreeEntry) -> Option<FreeEntry> {
-        let (k, id) = self.stream(e.stream)?.after(e.key())?;
-        Some(entry(e.stream, k, id))
+        let (k, id, index) = self.stream(e.stream)?.after(e.key(), e.index)?;
+        Some(FreeEntry { index, ..entry(e.stream, k, id) })
     }
 
     /// Every free block in (stream, size, segment age, address) order.
@@ -256,8 +356,9 @@ impl FreeBlocks {
 /// One pool of free blocks.
 #[derive(Clone, Debug)]
 pub(crate) struct BlockPool {
-    /// Free mapped blocks. A block is here iff it is not allocated, has no
-    /// pending events or stream uses, and is not being handed out.
+    /// Free mapped blocks. A block is here iff it is not allocated and has
+    /// no pending events or stream uses (a block `malloc` found stays here
+    /// until `alloc_found_block` hands it, or the part it splits off, out).
     pub blocks: FreeBlocks,
     /// Unmapped blocks of expandable segments, by (stream, address).
     pub unmapped: BTreeMap<(StreamId, u64), BlockId>,
@@ -278,5 +379,84 @@ impl BlockPool {
     #[inline]
     pub fn is_small(&self) -> bool {
         self.kind == PoolKind::Small
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u8, FreeKey),
+        Remove(u8, usize),
+        /// Gives the n-th block of a stream a new key: a split (smaller, higher
+        /// address) or a merge (larger, same or lower address), or anything.
+        Rekey(u8, usize, FreeKey),
+    }
+
+    fn key() -> impl Strategy<Value = FreeKey> {
+        // Few sizes and counters, so ties on size (and counter) are common.
+        (1u64..12, 0u32..3, 0u64..400).prop_map(|(size, counter, addr)| FreeKey { size: size << 9, counter, addr: addr << 9 })
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..2, key()).prop_map(|(s, k)| Op::Insert(s, k)),
+            2 => (0u8..2, any::<usize>()).prop_map(|(s, n)| Op::Remove(s, n)),
+            3 => (0u8..2, any::<usize>(), key()).prop_map(|(s, n, k)| Op::Rekey(s, n, k)),
+        ]
+    }
+
+    proptest! {
+        /// The free set (sorted vectors, trees past 64 entries, keys
+        /// rewritten in place by `rekey`) holds and finds exactly what an
+        /// ordered map of (stream, key) does.
+        #[test]
+        fn agrees_with_an_ordered_map(ops in proptest::collection::vec(op(), 1..600)) {
+            let mut set = FreeBlocks::default();
+            let mut model: BTreeMap<(StreamId, FreeKey), BlockId> = BTreeMap::new();
+            for (n, op) in ops.into_iter().enumerate() {
+                let id = BlockId::for_test(n as u32);
+                match op {
+                    Op::Insert(s, k) => {
+                        let s = StreamId(u64::from(s));
+                        let new = !model.contains_key(&(s, k));
+                        prop_assert_eq!(set.insert(s, k, id), new);
+                        model.entry((s, k)).or_insert(id);
+                    }
+                    Op::Remove(s, _) | Op::Rekey(s, _, _) if !model.keys().any(|(t, _)| t.0 == u64::from(s)) => {}
+                    Op::Remove(s, n) => {
+                        let s = StreamId(u64::from(s));
+                        let keys: Vec<FreeKey> = model.keys().filter(|(t, _)| *t == s).map(|(_, k)| *k).collect();
+                        let k = keys[n % keys.len()];
+                        prop_assert!(set.remove(s, k, n as u32 % 70));
+                        model.remove(&(s, k));
+                    }
+                    Op::Rekey(s, n, new) => {
+                        let s = StreamId(u64::from(s));
+                        let keys: Vec<FreeKey> = model.keys().filter(|(t, _)| *t == s).map(|(_, k)| *k).collect();
+                        let old = keys[n % keys.len()];
+                        if model.contains_key(&(s, new)) && new != old {
+                            continue;
+                        }
+                        prop_assert!(set.rekey(s, old, n as u32 % 70, new, id));
+                        model.remove(&(s, old));
+                        model.insert((s, new), id);
+                    }
+                }
+                prop_assert_eq!(set.len(), model.len());
+                let listed: Vec<_> = set.iter().map(|e| ((e.stream, e.key()), e.id)).collect();
+                let expected: Vec<_> = model.iter().map(|(&k, &id)| (k, id)).collect();
+                prop_assert_eq!(&listed, &expected);
+                for s in [StreamId(0), StreamId(1)] {
+                    for size in (0..14u64).map(|z| z << 9) {
+                        let first = model.range((s, FreeKey::first_of(size))..).next().filter(|((t, _), _)| *t == s);
+                        prop_assert_eq!(set.lower_bound(s, size).map(|e| (e.key(), e.id)), first.map(|((_, k), id)| (*k, *id)));
+                    }
+                }
+            }
+        }
     }
 }

@@ -96,17 +96,13 @@ pub fn replay_as_empty_cache(
         // With expandable segments a refused first attempt leaves something
         // behind: the reservation it made when no segment had room, which
         // the retry then maps first (the lowest address). Where the model's
-        // device refuses that attempt too, its own ladder repeats it all.
+        // own first attempt fails too, its own ladder repeats it all. (Not
+        // where torch 2.4's targeted release would die on an expandable
+        // block, GitHub #119452: the release it recorded is replayed.)
         let config = model.config();
-        if config.expandable_segments {
-            let refuses = request.is_some_and(|r| {
-                let units = vramkit_core::rounding::round_size(r.size, &config.roundup_power2_divisions)
-                    .next_multiple_of(config.large_segment_size_bytes);
-                vramkit_core::Device::mem_get_info(model.device()).free_bytes < units
-            });
-            if refuses {
-                return false;
-            }
+        let asserts = config.compat.release_considers_expandable && config.max_split_size_bytes.is_some();
+        if config.expandable_segments && !asserts && request.is_some_and(|r| !model.first_attempt_fits(r.size, StreamId(r.stream))) {
+            return false;
         }
         return !request.is_some_and(|r| after.fits_in_cache(r.size, StreamId(r.stream)));
     }

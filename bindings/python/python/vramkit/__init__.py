@@ -12,7 +12,9 @@ the extension module ``vramkit._vramkit`` is also the library PyTorch loads.
 
 The snapshot-file tools (:func:`replay`, :func:`verify`, :func:`doctor`,
 :func:`tune`) work on files written by ``torch.cuda.memory._dump_snapshot``
-or :func:`dump_snapshot`.
+or :func:`dump_snapshot`. :func:`run` runs a program on a simulated GPU and
+says whether it fits (``vramkit run``; the package also installs the
+``vramkit`` command).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Dict, Optional, Union
 
 from . import _vramkit as _ext
 from . import torch
+from ._command import run, simulated_gpu_env
 from ._files import doctor, replay, report, tune, verify
 
 __version__: str = _ext.__version__
@@ -48,8 +51,10 @@ __all__ = [
     "report",
     "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
+    "run",
     "set_settings",
     "settings",
+    "simulated_gpu_env",
     "snapshot",
     "torch",
     "tune",

@@ -43,12 +43,13 @@ pub fn analyse(recording: &Recording, session: &Session, max_candidates: Option<
     Ok(found.diagnoses.into_iter().next().map(|diagnosis| Analysis { diagnosis, tune }))
 }
 
-/// The line where the program of `recording` ran out of memory: the stack of the snapshot's first
-/// `oom` entry, else the main thread's when the hook saw it.
+/// The line where the program of `recording` ran out of memory: from the stack of the snapshot's
+/// first `oom` entry when it recorded one (its C++ frames name what autograd was computing), else
+/// the allocating thread's Python stack the hook kept; then the main thread's.
 pub fn locate_oom(recording: &Recording) -> Result<Option<Location>, CliError> {
-    let Some(path) = recording.snapshot() else { return Ok(None) };
+    let Some(oom) = recording.status.as_ref().and_then(|s| s.oom.as_ref()) else { return Ok(None) };
+    let Some(path) = recording.snapshot() else { return Ok(locate(&oom.stack, &oom.main_thread_stack)) };
     let file = load(path)?;
-    let main_stack = recording.status.as_ref().and_then(|s| s.oom.as_ref()).map(|o| o.main_thread_stack.as_slice()).unwrap_or_default();
-    let oom = file.snapshot.device_traces.iter().flatten().find(|e| e.action == TraceAction::Oom);
-    Ok(oom.and_then(|e| locate(e.frames.as_deref().unwrap_or_default(), main_stack)))
+    let entry = file.snapshot.device_traces.iter().flatten().find(|e| e.action == TraceAction::Oom);
+    Ok(entry.and_then(|e| locate(e.frames.as_deref().unwrap_or_default(), &oom.main_thread_stack)))
 }

@@ -29,6 +29,14 @@ impl Values {
         }
     }
 
+    /// Where the largest value at most `value` is (the first when `value` is below them all).
+    pub fn index_at_most(&self, value: u64) -> u64 {
+        match self {
+            Values::Range { lo, hi } => value.clamp(*lo, *hi) - lo,
+            Values::List(v) => v.iter().rposition(|&x| x <= value).unwrap_or(0) as u64,
+        }
+    }
+
     /// Where `value` is, if it is one of them.
     pub fn index_of(&self, value: u64) -> Option<u64> {
         match self {
@@ -119,8 +127,10 @@ mod tests {
         assert_eq!(BatchSpec::parse("BS=1..512").unwrap().to_string(), "BS=1..512");
         let values = Values::List(vec![8, 16, 32]);
         assert_eq!((values.len(), values.at(2), values.index_of(16), values.index_of(9)), (3, 32, Some(1), None));
+        assert_eq!([1, 8, 20, 99].map(|v| values.index_at_most(v)), [0, 0, 1, 2]);
         let range = Values::Range { lo: 4, hi: 9 };
         assert_eq!((range.len(), range.at(2), range.index_of(9), range.index_of(10)), (6, 6, Some(5), None));
+        assert_eq!([1, 5, 99].map(|v| range.index_at_most(v)), [0, 1, 5]);
     }
 
     #[test]

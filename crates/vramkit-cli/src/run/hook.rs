@@ -26,8 +26,8 @@ impl Hook {
     }
 
     /// The environment of a run whose status and snapshot go to `run_dir`: the hook first on
-    /// `PYTHONPATH`, ahead of what the user has there.
-    pub fn env(&self, run_dir: &Path) -> Vec<(&'static str, OsString)> {
+    /// `PYTHONPATH`, ahead of what the user has there; `record`: a snapshot is recorded.
+    pub fn env(&self, run_dir: &Path, record: bool) -> Vec<(&'static str, OsString)> {
         let mut path = vec![self.dir.clone()];
         path.extend(std::env::var_os("PYTHONPATH").iter().flat_map(std::env::split_paths));
         let joined = std::env::join_paths(path).unwrap_or_else(|_| self.dir.clone().into_os_string());
@@ -35,6 +35,7 @@ impl Hook {
             ("PYTHONPATH", joined),
             ("VRAMKIT_RUN_DIR", run_dir.as_os_str().to_owned()),
             ("VRAMKIT_RUN_MAX_ENTRIES", MAX_ENTRIES.to_string().into()),
+            ("VRAMKIT_RUN_RECORD", if record { "1" } else { "0" }.into()),
         ]
     }
 }

@@ -18,6 +18,15 @@ use vramkit_simgpu::{Preset, Stack};
 /// The environment variables PyTorch reads its allocator settings from (the second since 2.9).
 const CONF_VARS: [&str; 2] = ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"];
 
+/// Where the program's output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// To the terminal (stdout to stderr under --json).
+    Shown,
+    /// Into a file, its end kept for a failure message.
+    Kept,
+}
+
 /// Everything a run needs, checked before the first.
 #[derive(Debug)]
 pub struct Session {
@@ -55,7 +64,7 @@ impl Session {
             )));
         }
         let batch = args.batch.as_deref().map(BatchSpec::parse).transpose().map_err(CliError::new)?;
-        let interpreter = interpreter(&args.command, args.python.as_deref());
+        let interpreter = interpreter(&args.command, args.python.as_deref())?;
         let torch = Torch::probe(&interpreter.program)?;
         let major = torch.cuda_major()?;
         let (release, release_note) = torch.release();
@@ -111,9 +120,8 @@ impl Session {
     }
 
     /// Runs the program once, with the `--batch` variable at `value` and `conf` instead of the
-    /// session's settings when given. `quiet`: its output is kept for a failure message instead
-    /// of shown.
-    pub fn run(&self, value: Option<u64>, conf: Option<&str>, quiet: bool) -> Result<Recording, CliError> {
+    /// session's settings when given; `record`: PyTorch records its memory history for a snapshot.
+    pub fn run(&self, value: Option<u64>, conf: Option<&str>, output: Output, record: bool) -> Result<Recording, CliError> {
         let n = self.runs.get() + 1;
         self.runs.set(n);
         let dir = self.work.0.join(format!("run-{n}"));
@@ -123,7 +131,7 @@ impl Session {
             _ => self.command.clone(),
         };
         let mut command = self.stack.command(&args[0], &self.preset);
-        command.args(&args[1..]).envs(self.torch.library_env()).envs(self.hook.env(&dir));
+        command.args(&args[1..]).envs(self.torch.library_env()).envs(self.hook.env(&dir, record));
         command.env("FAKECUDA_CONTEXT", self.reserve_bytes.to_string());
         if let (Some(b), Some(v)) = (&self.batch, value) {
             command.env(&b.var, v.to_string());
@@ -133,14 +141,14 @@ impl Session {
             command.env(var, conf);
         }
         let log = dir.join("output.txt");
-        if quiet {
+        if output == Output::Kept {
             let file = File::create(&log).map_err(|e| CliError::new(format!("cannot create {}: {e}", log.display())))?;
             command.stdout(file.try_clone()?).stderr(file);
         } else if self.json {
             command.stdout(stderr()?);
         }
         let exit = spawn_and_wait(&mut command, &args[0])?;
-        let tail = if quiet { tail(&log, 25) } else { String::new() };
+        let tail = if output == Output::Kept { tail(&log, 25) } else { String::new() };
         Ok(Recording::collect(&dir, value, conf.to_string(), exit, tail))
     }
 }

@@ -29,44 +29,52 @@ pub use args::{RunArgs, EXAMPLES};
 use crate::input::CliError;
 use analysis::{analyse, locate_oom, Analysis};
 use batch::BatchSpec;
-use launch::Session;
+use launch::{Output, Session};
 use recording::{Outcome, Recording};
 use result::{Batch, Gpu, Oom, Recommended, Run, RunReport, LIMITS};
 use std::io::Write;
 use std::path::Path;
+use search::Start;
 use std::process::ExitCode;
 
 pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let session = Session::prepare(&args)?;
     let mut runs: Vec<Recording> = Vec::new();
-    let mut batch = match &session.batch {
+    // The recorded run the diagnosis is of: the program as given, else (--batch) the largest value
+    // that fits with the session's settings, else the first that ran out, run again recording.
+    let (mut batch, slope) = match &session.batch {
         None => {
-            runs.push(session.run(None, None, false)?);
-            None
+            runs.push(session.run(None, None, Output::Shown, true)?);
+            (None, None)
         }
-        Some(spec) => Some(search_recorded(&session, spec, &mut runs)?),
+        Some(spec) => {
+            let (found, stopped) = search_with(&session, spec, Start::Fresh, None, &mut runs)?;
+            if !stopped {
+                if let Some(value) = found.largest_fit.or(found.smallest_oom) {
+                    runs.push(session.run(Some(value), None, Output::Kept, true)?);
+                }
+            }
+            (Some(Batch::recorded(spec, &found)), found.slope())
+        }
     };
-    // The run explained: the only one, else the largest value that fits with the recorded
-    // settings, else the first that ran out.
-    let reported = match &batch {
-        None => 0,
-        Some(b) => find_run(&runs, b.largest_fit.or(b.smallest_oom), &session.conf).unwrap_or(runs.len() - 1),
-    };
+    let reported = runs.len() - 1;
     let analysis = analyse(&runs[reported], &session, args.max_candidates)?;
     let recommended = match analysis.as_ref().and_then(Analysis::better_conf) {
         None => None,
         Some(t) => {
-            let mut r = Recommended {
-                conf: t.recommended.clone(),
-                predicted_peak_reserved_bytes: t.best.peak_reserved_bytes,
-                predicted_fits: !t.best.oom,
-                checked_run: None,
-            };
+            let mut r = Recommended::of(t);
             match (&session.batch, batch.as_mut()) {
-                (Some(spec), Some(b)) => search_best(&session, spec, b, &r.conf, &mut runs)?,
+                (Some(spec), Some(b)) => {
+                    let start = match b.largest_fit {
+                        Some(value) => Start::Above { value, peak: r.predicted_peak_reserved_bytes, slope },
+                        None => Start::Fresh,
+                    };
+                    let (found, _) = search_with(&session, spec, start, Some(&r.conf), &mut runs)?;
+                    b.best(&r.conf, &found);
+                }
                 // The replay saw the program only up to its error: run it again to know.
                 _ if runs[0].outcome() == Outcome::OutOfMemory && r.predicted_fits => {
-                    runs.push(session.run(None, Some(&r.conf), true)?);
+                    runs.push(session.run(None, Some(&r.conf), Output::Kept, false)?);
                     r.checked_run = Some(runs.len() - 1);
                 }
                 _ => {}
@@ -79,10 +87,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         _ => None,
     };
     let oom_run = match &batch {
-        None => (runs[0].outcome() == Outcome::OutOfMemory).then_some(0),
-        Some(b) => find_run(&runs, b.smallest_oom, &session.conf),
+        None => Some(0),
+        Some(b) => b.smallest_oom.and_then(|v| runs.iter().position(|r| r.value == Some(v) && r.conf == session.conf)),
     };
-    let oom = oom_run.map(|i| oom_of(&runs, i)).transpose()?;
+    let oom = oom_run.filter(|&i| runs[i].outcome() == Outcome::OutOfMemory).map(|i| oom_of(&runs, i)).transpose()?;
     let mut notes = session.notes.clone();
     if let Some(r) = runs.iter().find(|r| r.gpu_processes > 1) {
         notes.push(format!("{} processes used the GPU; each run reports the first that ran out of memory, else the one that reserved most", r.gpu_processes));
@@ -124,30 +132,6 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     Ok(if report.fits && !failed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-/// The `--batch` search with the session's settings.
-fn search_recorded(session: &Session, spec: &BatchSpec, runs: &mut Vec<Recording>) -> Result<Batch, CliError> {
-    let found = search_with(session, spec, None, None, runs)?;
-    Ok(Batch {
-        variable: spec.var.clone(),
-        values: spec.to_string(),
-        largest_fit: found.largest_fit,
-        smallest_oom: found.smallest_oom,
-        best_conf: None,
-        largest_fit_best: None,
-        smallest_oom_best: None,
-    })
-}
-
-/// The search again with the recommended settings, from the largest value that fitted without them.
-fn search_best(session: &Session, spec: &BatchSpec, b: &mut Batch, conf: &str, runs: &mut Vec<Recording>) -> Result<(), CliError> {
-    b.best_conf = Some(conf.to_string());
-    if b.smallest_oom.is_some() {
-        let found = search_with(session, spec, b.largest_fit, Some(conf), runs)?;
-        (b.largest_fit_best, b.smallest_oom_best) = (found.largest_fit, found.smallest_oom);
-    }
-    Ok(())
-}
-
 /// Why a search ended early.
 enum Stop {
     /// The program failed at a value (said on stderr; its row says so).
@@ -155,43 +139,39 @@ enum Stop {
     Error(CliError),
 }
 
-/// Runs the search quietly with `conf` (else the session's settings), keeping every run. A run
-/// that fails for a reason other than memory ends it, with nothing found.
+/// Runs the search with `conf` (else the session's settings), recording nothing and keeping
+/// every run; `true` beside what it found when a run failed for a reason other than memory,
+/// which ends it with nothing found.
 fn search_with(
     session: &Session,
     spec: &BatchSpec,
-    known_fit: Option<u64>,
+    start: Start,
     conf: Option<&str>,
     runs: &mut Vec<Recording>,
-) -> Result<search::Found, CliError> {
+) -> Result<(search::Found, bool), CliError> {
     let settings = vramkit_replay::tune::describe_conf(conf.unwrap_or(&session.conf));
     let spinner = crate::progress::spinner("");
-    let found = search::search(&spec.values, known_fit, |value| {
+    let found = search::search(&spec.values, session.usable_bytes(), start, |value| {
         spinner.set_message(format!("running the program with {}={value}, {settings}", spec.var));
-        let recording = session.run(Some(value), conf, true).map_err(Stop::Error)?;
+        let recording = session.run(Some(value), conf, Output::Kept, false).map_err(Stop::Error)?;
         let outcome = recording.outcome();
+        let peak = recording.peak_reserved_bytes();
         if let Outcome::Failed(why) = &outcome {
             eprintln!("vramkit: at {}={value} {why}; the end of its output:\n{}", spec.var, recording.output_tail);
         }
         runs.push(recording);
         match outcome {
-            Outcome::Fits => Ok(true),
-            Outcome::OutOfMemory => Ok(false),
+            Outcome::Fits => Ok(Some(peak)),
+            Outcome::OutOfMemory => Ok(None),
             Outcome::Failed(_) => Err(Stop::Failed),
         }
     });
     spinner.finish_and_clear();
     match found {
-        Ok(found) => Ok(found),
-        Err(Stop::Failed) => Ok(search::Found::default()),
+        Ok(found) => Ok((found, false)),
+        Err(Stop::Failed) => Ok((search::Found::default(), true)),
         Err(Stop::Error(e)) => Err(e),
     }
-}
-
-/// The run at `value` with the session's own settings.
-fn find_run(runs: &[Recording], value: Option<u64>, conf: &str) -> Option<usize> {
-    let value = value?;
-    runs.iter().position(|r| r.value == Some(value) && r.conf == conf)
 }
 
 /// Where and how run `i` ran out.

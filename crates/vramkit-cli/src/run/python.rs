@@ -17,26 +17,30 @@ pub struct Interpreter {
 }
 
 /// The interpreter of `command`: `--python`, else the command itself when it is a Python, else
-/// the one its `#!` line names (torchrun, accelerate, an executable script), else `python3`.
-pub fn interpreter(command: &[OsString], given: Option<&Path>) -> Interpreter {
-    let sure = |program: OsString| Interpreter { program, assumed: String::new() };
+/// the one its `#!` line names (torchrun, accelerate, an executable script), else `python3`. A
+/// command that names no program this machine has is an error.
+pub fn interpreter(command: &[OsString], given: Option<&Path>) -> Result<Interpreter, CliError> {
+    let sure = |program: OsString| Ok(Interpreter { program, assumed: String::new() });
+    let Some(first) = command.first() else { return Err(CliError::new("no command to run: give one after --, e.g. -- python train.py")) };
+    let Some(path) = resolve(first) else {
+        return Err(CliError::new(format!("{}: no such program (check the command after --, or PATH)", first.to_string_lossy())));
+    };
     if let Some(p) = given {
         return sure(p.as_os_str().to_owned());
     }
-    let Some(first) = command.first() else { return sure("python3".into()) };
     if is_python(first) {
         return sure(first.clone());
     }
-    if let Some(python) = resolve(first).and_then(|path| shebang_python(&path)) {
-        return Interpreter { program: python, assumed: String::new() };
+    if let Some(python) = shebang_python(&path) {
+        return sure(python);
     }
-    Interpreter {
+    Ok(Interpreter {
         program: "python3".into(),
         assumed: format!(
             "{} does not start with a Python, so vramkit checked the torch of python3 on PATH; pass --python if the program uses another",
             first.to_string_lossy()
         ),
-    }
+    })
 }
 
 fn is_python(program: &OsStr) -> bool {
@@ -175,19 +179,22 @@ mod tests {
 
     #[test]
     fn the_interpreter_is_the_command_or_named_by_its_shebang() {
-        let command = |words: &[&str]| words.iter().map(OsString::from).collect::<Vec<_>>();
-        assert_eq!(interpreter(&command(&["python", "train.py"]), None).program, "python");
-        assert_eq!(interpreter(&command(&["/venv/bin/python3.11", "-u", "t.py"]), None).program, "/venv/bin/python3.11");
-        assert_eq!(interpreter(&command(&["bash", "x.sh"]), Some(Path::new("/v/python"))).program, "/v/python");
         let dir = std::env::temp_dir().join(format!("vramkit-shebang-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(dir.join("venv/bin")).unwrap();
+        let python = dir.join("venv/bin/python3.11");
+        std::fs::write(&python, "").unwrap();
         let script = dir.join("torchrun");
+        let program = |command: &[&OsStr], given: Option<&Path>| interpreter(&command.iter().map(|w| w.to_os_string()).collect::<Vec<_>>(), given);
+        assert_eq!(program(&[python.as_os_str(), OsStr::new("t.py")], None).unwrap().program, python.as_os_str());
+        assert_eq!(program(&[OsStr::new("sh"), OsStr::new("x.sh")], Some(&python)).unwrap().program, python.as_os_str());
         std::fs::write(&script, "#!/usr/bin/env -S python3.12 -u\nimport sys\n").unwrap();
-        assert_eq!(interpreter(&[script.clone().into_os_string()], None).program, "python3.12");
+        assert_eq!(program(&[script.as_os_str()], None).unwrap().program, "python3.12");
         std::fs::write(&script, "#!/bin/sh\nexec python3 \"$@\"\n").unwrap();
-        let guessed = interpreter(&[script.into_os_string()], None);
+        let guessed = program(&[script.as_os_str()], None).unwrap();
         assert_eq!(guessed.program, "python3");
         assert!(guessed.assumed.contains("pass --python"), "{}", guessed.assumed);
+        let missing = program(&[dir.join("trian.py").as_os_str()], None).unwrap_err().to_string();
+        assert!(missing.ends_with("trian.py: no such program (check the command after --, or PATH)"), "{missing}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

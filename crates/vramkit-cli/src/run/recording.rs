@@ -28,7 +28,10 @@ pub struct OomStatus {
     pub requested_bytes: u64,
     /// PyTorch's message (`str(torch.OutOfMemoryError)`), when the error was raised into Python.
     pub message: Option<String>,
-    /// The main thread's Python stack at that moment, innermost first.
+    /// The Python stack of the allocating thread, innermost first (empty on autograd's threads).
+    #[serde(default)]
+    pub stack: Vec<Frame>,
+    /// The main thread's Python stack at that moment.
     #[serde(default)]
     pub main_thread_stack: Vec<Frame>,
 }

@@ -1,7 +1,9 @@
 //! What `vramkit run` found: one structure, printed as text or as JSON (`--json`).
 
+use super::batch::BatchSpec;
 use super::location::Location;
 use super::recording::{Outcome, Recording};
+use super::search::Found;
 use serde::Serialize;
 use std::path::PathBuf;
 use vramkit_replay::doctor::Diagnosis;
@@ -36,6 +38,8 @@ pub struct Run {
     pub conf: String,
     /// `fits`, `out of memory` or `failed`.
     pub result: &'static str,
+    /// It recorded a snapshot (the runs of a search do not).
+    pub recorded: bool,
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
     /// PyTorch's out-of-memory message.
@@ -56,6 +60,7 @@ impl Run {
                 Outcome::OutOfMemory => "out of memory",
                 Outcome::Failed(_) => "failed",
             },
+            recorded: r.snapshot().is_some(),
             peak_reserved_bytes: r.peak_reserved_bytes(),
             peak_allocated_bytes: status.and_then(|s| s.peak_allocated_bytes).unwrap_or(0),
             oom_message: status.and_then(|s| s.oom.as_ref()).and_then(|o| o.message.clone()),
@@ -95,6 +100,13 @@ pub struct Recommended {
     pub checked_run: Option<usize>,
 }
 
+impl Recommended {
+    /// The tune's recommendation, not checked by a run yet.
+    pub fn of(t: &vramkit_replay::TuneResult) -> Recommended {
+        Recommended { conf: t.recommended.clone(), predicted_peak_reserved_bytes: t.best.peak_reserved_bytes, predicted_fits: !t.best.oom, checked_run: None }
+    }
+}
+
 /// The `--batch` search.
 #[derive(Clone, Debug, Serialize)]
 pub struct Batch {
@@ -108,6 +120,27 @@ pub struct Batch {
     pub best_conf: Option<String>,
     pub largest_fit_best: Option<u64>,
     pub smallest_oom_best: Option<u64>,
+}
+
+impl Batch {
+    /// What the search with the recorded settings found.
+    pub fn recorded(spec: &BatchSpec, found: &Found) -> Batch {
+        Batch {
+            variable: spec.var.clone(),
+            values: spec.to_string(),
+            largest_fit: found.largest_fit,
+            smallest_oom: found.smallest_oom,
+            best_conf: None,
+            largest_fit_best: None,
+            smallest_oom_best: None,
+        }
+    }
+
+    /// Adds what the search with the recommended settings `conf` found.
+    pub fn best(&mut self, conf: &str, found: &Found) {
+        self.best_conf = Some(conf.to_string());
+        (self.largest_fit_best, self.smallest_oom_best) = (found.largest_fit, found.smallest_oom);
+    }
 }
 
 /// Everything `vramkit run` reports.

@@ -1,11 +1,12 @@
 """vramkit run's start-up hook: records PyTorch's memory history on the simulated GPU.
 
 Python imports this module at start-up because vramkit put its directory first on PYTHONPATH. It
-imports nothing heavy: it waits for the program to import torch, then turns on PyTorch's own
-recording (torch.cuda.memory._record_memory_history) and out-of-memory observer. The snapshot is
-dumped (torch.cuda.memory._dump_snapshot) at the first out-of-memory error, else at exit, to
-$VRAMKIT_RUN_DIR/snapshot-<pid>.pickle; what the snapshot cannot hold (PyTorch's error message, the
-peaks, the Python line the main thread was on) goes to status-<pid>.json beside it. Then the
+imports nothing heavy: it waits for the program to import torch, then attaches PyTorch's
+out-of-memory observer and, with VRAMKIT_RUN_RECORD=1, turns on PyTorch's own recording
+(torch.cuda.memory._record_memory_history). The snapshot is dumped (torch.cuda.memory._dump_snapshot)
+at the first out-of-memory error, else at exit, to $VRAMKIT_RUN_DIR/snapshot-<pid>.pickle; the
+peaks, PyTorch's error message and the Python stacks at the error go to status-<pid>.json beside
+it (all a --batch search needs: its runs record nothing, as dumping a snapshot takes seconds). Then the
 sitecustomize module this one hides, if any, runs as it would have.
 """
 import importlib.machinery
@@ -54,9 +55,15 @@ def _start(torch):
 
 def _record(torch):
     """Recording, the observer, the message catcher, the exit dump."""
-    snapshot = os.path.join(_DIR, "snapshot-%d.pickle" % _PID)
+    snapshot = os.path.join(_DIR, "snapshot-%d.pickle" % _PID) if os.environ.get("VRAMKIT_RUN_RECORD") == "1" else None
     _status["torch"] = torch.__version__
-    torch.cuda.memory._record_memory_history(max_entries=int(os.environ.get("VRAMKIT_RUN_MAX_ENTRIES", "1000000")))
+    if snapshot:
+        torch.cuda.memory._record_memory_history(max_entries=int(os.environ.get("VRAMKIT_RUN_MAX_ENTRIES", "1000000")))
+
+    def dump():
+        if snapshot:
+            torch.cuda.memory._dump_snapshot(snapshot)
+            _status["snapshot"] = snapshot
 
     def observer(device, requested, device_allocated, device_free):
         if _status["oom"] is not None:
@@ -64,11 +71,10 @@ def _record(torch):
         # An allocation of the autograd engine's threads has no Python frames; the main thread's
         # stack says which line of the program (loss.backward(), say) was running.
         main = sys._current_frames().get(threading.main_thread().ident)
-        _status["oom"] = {"requested_bytes": requested, "message": None,
+        _status["oom"] = {"requested_bytes": requested, "message": None, "stack": _stack(sys._getframe()),
                           "main_thread_stack": _stack(main)}
         _peaks(torch)
-        torch.cuda.memory._dump_snapshot(snapshot)
-        _status["snapshot"] = snapshot
+        dump()
         _write_status()
 
     torch._C._cuda_attach_out_of_memory_observer(observer)
@@ -89,8 +95,7 @@ def _record(torch):
     def at_exit():
         _peaks(torch)
         if _status["oom"] is None and _status["cuda_used"]:
-            torch.cuda.memory._dump_snapshot(snapshot)
-            _status["snapshot"] = snapshot
+            dump()
         _write_status()
 
     # Registered after torch's own exit handlers, so it runs before them.

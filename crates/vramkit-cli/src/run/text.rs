@@ -34,7 +34,7 @@ impl fmt::Display for RunReport {
             0 => "nothing reserved outside PyTorch".to_string(),
             r => format!("less {} reserved outside PyTorch", format_size(r)),
         };
-        writeln!(f, "On the {} ({} usable: the card's {}, {reserve}):", gpu.name, format_size(gpu.usable_bytes), format_size(gpu.total_bytes))?;
+        writeln!(f, "On the {}: {} usable (the card's {}, {reserve}):", gpu.name, format_size(gpu.usable_bytes), format_size(gpu.total_bytes))?;
         match &self.batch {
             Some(b) => self.fmt_batch(f, b)?,
             None => self.fmt_single(f)?,
@@ -52,7 +52,7 @@ impl RunReport {
     fn fmt_single(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let run = &self.runs[self.reported_run];
         match run.result {
-            "fits" => writeln!(f, "  {}", self.fit_sentence(run))?,
+            "fits" => writeln!(f, "  It fits: {}.", self.peak_words(run))?,
             "out of memory" => self.fmt_oom(f)?,
             _ => writeln!(f, "  The program failed: {}.", run.failure.as_deref().unwrap_or("?"))?,
         }
@@ -71,7 +71,7 @@ impl RunReport {
         )?;
         if let Some(checked) = r.checked_run.map(|i| &self.runs[i]) {
             match checked.result {
-                "fits" => writeln!(f, "  Checked by running the program again with it: {}", self.fit_sentence(checked))?,
+                "fits" => writeln!(f, "  Checked by running the program again with it: it fits: {}.", self.peak_words(checked))?,
                 "out of memory" => writeln!(f, "  Checked by running the program again with it: it still runs out of memory (the replay covered the program only up to the error).")?,
                 _ => writeln!(f, "  Running the program again with it failed: {}.", checked.failure.as_deref().unwrap_or("?"))?,
             }
@@ -80,16 +80,12 @@ impl RunReport {
     }
 
     fn fmt_batch(&self, f: &mut fmt::Formatter<'_>, b: &Batch) -> fmt::Result {
-        writeln!(f, "  {:>8}  {:<36}  {:>13}  result", b.variable, "PYTORCH_CUDA_ALLOC_CONF", "peak reserved")?;
-        for run in &self.runs {
-            writeln!(
-                f,
-                "  {:>8}  {:<36}  {:>13}  {}",
-                run.value.map_or("-".to_string(), |v| v.to_string()),
-                show_conf(&run.conf),
-                format_size(run.peak_reserved_bytes),
-                run.result
-            )?;
+        let rows: Vec<&Run> = self.runs.iter().filter(|r| !r.recorded).collect();
+        let width = rows.iter().map(|r| show_conf(&r.conf).len()).max().unwrap_or(0).max("PYTORCH_CUDA_ALLOC_CONF".len());
+        writeln!(f, "  {:>8}  {:<width$}  {:>13}  result", b.variable, "PYTORCH_CUDA_ALLOC_CONF", "peak reserved")?;
+        for run in rows {
+            let value = run.value.map_or("-".to_string(), |v| v.to_string());
+            writeln!(f, "  {value:>8}  {:<width$}  {:>13}  {}", show_conf(&run.conf), format_size(run.peak_reserved_bytes), run.result)?;
         }
         let largest = |fit: Option<u64>, oom: Option<u64>, conf: &str| -> Option<String> {
             let var = &b.variable;
@@ -133,10 +129,10 @@ impl RunReport {
         }
     }
 
-    /// "Peak reserved 3.48 GiB (peak allocated 3.35 GiB): it fits, with 75.78 GiB of headroom (95.6%)."
-    fn fit_sentence(&self, run: &Run) -> String {
+    /// "peak reserved 3.48 GiB (peak allocated 3.35 GiB), with 75.78 GiB of headroom (95.6% of usable memory)"
+    fn peak_words(&self, run: &Run) -> String {
         format!(
-            "Peak reserved {} (peak allocated {}): it fits, {}.",
+            "peak reserved {} (peak allocated {}), {}",
             format_size(run.peak_reserved_bytes),
             format_size(run.peak_allocated_bytes),
             self.headroom_words(run.peak_reserved_bytes)

@@ -101,7 +101,7 @@ impl<D: Device> CachingAllocator<D> {
         let address_space = total.saturating_add(total / 8).min(MAX_RESERVATION);
         let size = address_space.div_ceil(page_size).max(1) * page_size;
         let base = self.device.reserve_address_range(size)?;
-        let id = ExpandableId(self.expandable_segments.len() as u32);
+        let id = ExpandableId::at(self.expandable_segments.len());
         self.expandable_segments.push(Some(ExpandableSegment {
             base: base.0,
             size,
@@ -121,7 +121,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// 6.3: map pages until a free block of `params.size` exists at the
-    /// place `find_expandable_block` chose; returns it out of the free set.
+    /// place `find_expandable_block` chose; returns it (in the free set).
     /// `Ok(None)` when the device has no memory for the pages.
     pub(crate) fn try_allocate_expandable_block(
         &mut self,
@@ -144,7 +144,6 @@ impl<D: Device> CachingAllocator<D> {
             }
             candidate = next;
         }
-        self.remove_from_pool(candidate);
         Ok(Some(candidate))
     }
 
@@ -156,7 +155,7 @@ impl<D: Device> CachingAllocator<D> {
             debug_assert!(!b.mapped && size <= b.size);
             (b.addr, b.size, b.expandable.expect("unmapped blocks are expandable"), b.stream, b.pool)
         };
-        let seg = self.expandable_segments[seg_id.0 as usize].as_ref().expect("live segment");
+        let seg = self.expandable_segments[seg_id.index()].as_ref().expect("live segment");
         let (begin, end) = seg.pages_covering(addr, size);
         debug_assert_eq!(seg.page_addr(begin), addr);
         let mapped_addr = seg.page_addr(begin);
@@ -187,11 +186,7 @@ impl<D: Device> CachingAllocator<D> {
             self.blocks[id].size = mapped_size;
             self.pools[pool.0 as usize].unmapped.insert((stream, addr + mapped_size), rest);
         }
-        let (prev, _) = (self.blocks[id].prev, ());
-        self.try_merge_blocks(id, prev);
-        let next = self.blocks[id].next;
-        self.try_merge_blocks(id, next);
-        self.insert_into_pool(id);
+        self.merge_and_pool(id);
         self.total_allocated_memory += mapped_size;
         let kind = self.pools[pool.0 as usize].kind;
         self.stats.account_map(kind, mapped_size);
@@ -199,8 +194,8 @@ impl<D: Device> CachingAllocator<D> {
         self.record_trace(TraceAction::SegmentMap, mapped_addr, mapped_size, stream, frames);
         let keep_context = self.history.as_ref().is_some_and(|h| h.config.context >= ContextLevel::State);
         let b = &mut self.blocks[id];
-        if b.prev.is_none() && b.context_when_segment_allocated.is_none() && keep_context {
-            b.context_when_segment_allocated = context.clone();
+        if b.prev.is_none() && b.context_when_segment_allocated().is_none() && keep_context {
+            b.set_context_when_segment_allocated(context.clone());
         }
         Ok(true)
     }
@@ -212,7 +207,7 @@ impl<D: Device> CachingAllocator<D> {
             let b = &self.blocks[id];
             (b.addr, b.size, b.expandable.expect("expandable"), b.stream, b.pool, b.registration_counter)
         };
-        let seg = self.expandable_segments[seg_id.0 as usize].as_ref().expect("live segment");
+        let seg = self.expandable_segments[seg_id.index()].as_ref().expect("live segment");
         let (begin, end) = seg.pages_inside(addr, size);
         if begin >= end {
             return;
@@ -254,12 +249,7 @@ impl<D: Device> CachingAllocator<D> {
         b.addr = unmapped_addr;
         b.size = unmapped_size;
         b.mapped = false;
-        let prev = b.prev;
-        self.try_merge_blocks(id, prev);
-        let next = self.blocks[id].next;
-        self.try_merge_blocks(id, next);
-        let b = &self.blocks[id];
-        self.pools[pool.0 as usize].unmapped.insert((stream, b.addr), id);
+        self.merge_and_pool(id);
         self.total_allocated_memory -= unmapped_size;
         let kind = self.pools[pool.0 as usize].kind;
         self.stats.account_unmap(kind, unmapped_size);
@@ -272,7 +262,7 @@ impl<D: Device> CachingAllocator<D> {
         let b = self.blocks.remove(id);
         debug_assert!(!b.mapped && !b.is_split());
         let seg_id = b.expandable.expect("expandable");
-        let seg = self.expandable_segments[seg_id.0 as usize].take().expect("live segment");
+        let seg = self.expandable_segments[seg_id.index()].take().expect("live segment");
         debug_assert_eq!(seg.size, b.size);
         self.pools[b.pool.0 as usize].unmapped.remove(&(b.stream, b.addr));
         self.device.release_address_range(DeviceAddr(seg.base), seg.size);
@@ -280,12 +270,12 @@ impl<D: Device> CachingAllocator<D> {
 
     /// The reservation an expandable block lies in.
     pub(crate) fn expandable_segment(&self, id: ExpandableId) -> &ExpandableSegment {
-        self.expandable_segments[id.0 as usize].as_ref().expect("live segment")
+        self.expandable_segments[id.index()].as_ref().expect("live segment")
     }
 
     /// Live expandable segments.
     pub(crate) fn live_expandable_segments(&self) -> impl Iterator<Item = (ExpandableId, &ExpandableSegment)> {
-        self.expandable_segments.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (ExpandableId(i as u32), s)))
+        self.expandable_segments.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (ExpandableId::at(i), s)))
     }
 
 }

@@ -5,21 +5,25 @@ use super::CachingAllocator;
 use crate::block::{BlockId, PendingEvent};
 use crate::device::Device;
 use crate::history::ContextLevel;
+use crate::pool::{FreeKey, NOWHERE};
 use crate::snapshot::{Frames, TraceAction};
 
 impl<D: Device> CachingAllocator<D> {
     /// 4.1: the user dropped the block (already removed from `allocated`).
+    #[inline]
     pub(crate) fn free_impl(&mut self, id: BlockId, context: Option<Frames>) {
         let b = &mut self.blocks[id];
         b.allocated = false;
         let (addr, size, requested, stream, pool) = (b.addr, b.size, b.requested_size, b.stream, b.pool);
-        let has_stream_uses = !b.stream_uses.is_empty();
+        let has_stream_uses = !b.stream_uses().is_empty();
         let held = b.held;
         let kind = self.pools[pool.0 as usize].kind;
         let oversize = size >= self.config.max_split_size();
         self.stats.account_free_requested(kind, size, oversize);
-        let frames = self.free_trace_frames(id, &context);
-        self.record_trace(TraceAction::FreeRequested, addr, requested, stream, frames);
+        if self.history.is_some() {
+            let frames = self.free_trace_frames(id, &context);
+            self.record_trace(TraceAction::FreeRequested, addr, requested, stream, frames);
+        }
         if has_stream_uses && self.capture_underway() {
             // Events recorded during a capture would be part of the graph.
             self.deferred_frees.push(id);
@@ -28,7 +32,7 @@ impl<D: Device> CachingAllocator<D> {
         } else if held {
             // free_completed comes from the caller.
         } else {
-            self.free_block(id, &context);
+            self.complete_free(id, &context, true);
         }
     }
 
@@ -37,7 +41,7 @@ impl<D: Device> CachingAllocator<D> {
     fn free_trace_frames(&self, id: BlockId, context: &Option<Frames>) -> Option<Frames> {
         match &self.history {
             Some(h) if h.config.context >= ContextLevel::All && context.is_some() => context.clone(),
-            Some(h) if h.config.context >= ContextLevel::Alloc => self.blocks[id].context_when_allocated.clone(),
+            Some(h) if h.config.context >= ContextLevel::Alloc => self.blocks[id].context_when_allocated().cloned(),
             _ => None,
         }
     }
@@ -47,12 +51,12 @@ impl<D: Device> CachingAllocator<D> {
     fn insert_events_deferred_until_no_capture(&mut self, context: &Option<Frames>) {
         if !self.capture_underway() && !self.deferred_frees.is_empty() {
             for id in std::mem::take(&mut self.deferred_frees) {
-                let b = &mut self.blocks[id];
-                let captured = std::mem::take(&mut b.capture_stream_uses);
-                b.stream_uses.retain(|s| !captured.contains(s));
+                let extras = self.blocks[id].extras_mut();
+                let captured = std::mem::take(&mut extras.capture_stream_uses);
+                extras.stream_uses.retain(|s| !captured.contains(s));
                 self.insert_events(id);
                 let b = &self.blocks[id];
-                if b.event_count == 0 && !b.held {
+                if b.event_count() == 0 && !b.held {
                     self.free_block(id, context);
                 }
             }
@@ -61,12 +65,19 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Records one event per stream that used the block; it stays active until they complete.
     fn insert_events(&mut self, id: BlockId) {
-        let streams = std::mem::take(&mut self.blocks[id].stream_uses);
+        let streams = std::mem::take(&mut self.blocks[id].extras_mut().stream_uses);
         for stream in streams {
             let event = self.device.record_event(stream);
-            self.blocks[id].event_count += 1;
+            self.blocks[id].extras_mut().event_count += 1;
             self.cuda_events.entry(stream).or_default().push_back(PendingEvent { event, block: id });
         }
+    }
+
+    /// Are there `record_stream` events or deferred frees for
+    /// `process_events_impl` to look at?
+    #[inline]
+    pub(crate) fn events_pending(&self) -> bool {
+        !self.cuda_events.is_empty() || !self.deferred_frees.is_empty()
     }
 
     /// 3 step 1: free the blocks whose events have completed, per stream in
@@ -108,75 +119,110 @@ impl<D: Device> CachingAllocator<D> {
     fn complete_event(&mut self, pending: PendingEvent, context: &Option<Frames>) {
         self.device.destroy_event(pending.event);
         let b = &mut self.blocks[pending.block];
-        b.event_count -= 1;
-        if b.event_count == 0 && !b.held {
+        b.extras_mut().event_count -= 1;
+        if b.event_count() == 0 && !b.held {
             self.free_block(pending.block, context);
         }
     }
 
     /// 4.2: the block becomes reusable: merge it with free neighbours and
     /// put it into its pool.
+    #[inline(always)]
     pub(crate) fn free_block(&mut self, id: BlockId, context: &Option<Frames>) {
-        let frames = self.free_trace_frames(id, context);
-        let b = &mut self.blocks[id];
-        debug_assert!(!b.allocated && !b.held && b.event_count == 0 && b.stream_uses.is_empty());
-        let (addr, original_size, requested, stream, pool) = (b.addr, b.size, b.requested_size, b.stream, b.pool);
-        let (prev, next) = (b.prev, b.next);
-        b.context_when_allocated = None;
-        self.record_trace(TraceAction::FreeCompleted, addr, requested, stream, frames);
+        self.complete_free(id, context, false);
+    }
 
-        let mut inactive_split = (0i64, 0i64);
-        for candidate in [prev, next] {
-            let subsumed = self.try_merge_blocks(id, candidate);
-            if subsumed > 0 {
-                inactive_split.0 -= 1;
-                inactive_split.1 -= subsumed as i64;
+    /// `free_block`, or with `may_park` a parked free (`parked.rs`) where it
+    /// is the plain case: the same statistics, the merge put off.
+    #[inline(always)]
+    fn complete_free(&mut self, id: BlockId, context: &Option<Frames>, may_park: bool) {
+        if self.history.is_some() {
+            let frames = self.free_trace_frames(id, context);
+            let b = &self.blocks[id];
+            self.record_trace(TraceAction::FreeCompleted, b.addr, b.requested_size, b.stream, frames);
+        }
+        let b = &mut self.blocks[id];
+        debug_assert!(!b.allocated && !b.held && !b.is_active());
+        let (original_size, requested, pool) = (b.size, b.requested_size, b.pool);
+        b.set_context_when_allocated(None);
+
+        let parked = if may_park { self.park(id) } else { None };
+        let (merged, subsumed, expandable, split, size) = match parked {
+            Some(m) => (1, m.subsumed, false, m.split, m.size),
+            None => {
+                let (merged, subsumed) = self.merge_and_pool(id);
+                let b = &self.blocks[id];
+                (merged, subsumed, b.expandable.is_some(), b.is_split(), b.size)
             }
-        }
-        self.insert_into_pool(id);
-        let b = &self.blocks[id];
-        if b.is_split() {
-            inactive_split.0 += 1;
-            inactive_split.1 += b.size as i64;
-        }
-        if b.expandable.is_some() {
-            inactive_split = (0, 0);
-        }
+        };
+        // inactive_split is not kept for expandable blocks.
+        let inactive_split = match (expandable, split) {
+            (true, _) => (0, 0),
+            (false, false) => (-(merged as i64), -(subsumed as i64)),
+            (false, true) => (1 - merged as i64, size as i64 - subsumed as i64),
+        };
         let kind = self.pools[pool.0 as usize].kind;
         self.stats.account_free_completed(kind, original_size, requested, inactive_split);
     }
 
-    /// Merges `src` into `dst` if `src` is a free neighbour; returns the bytes subsumed.
-    pub(crate) fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> u64 {
+    /// Merges the free block `id` (in no pool) with its free neighbours of
+    /// the same mapped state and puts the result into its pool's free set,
+    /// or its unmapped set; returns the neighbours merged and their bytes.
+    #[inline(always)]
+    pub(crate) fn merge_and_pool(&mut self, id: BlockId) -> (u32, u64) {
+        // A merged neighbour's free-set entry becomes the result's.
+        let mut replacing = None;
+        let prev = self.blocks[id].prev;
+        let before = self.try_merge_blocks(id, prev, &mut replacing);
+        let next = self.blocks[id].next;
+        let after = self.try_merge_blocks(id, next, &mut replacing);
+        let b = &self.blocks[id];
+        if b.mapped {
+            self.put_into_pool(id, replacing);
+        } else {
+            self.pools[b.pool.0 as usize].unmapped.insert((b.stream, b.addr), id);
+        }
+        ((before > 0) as u32 + (after > 0) as u32, before + after)
+    }
+
+    /// Merges `src` into `dst` if `src` is a free neighbour; returns the
+    /// bytes subsumed. A mapped `src` stays in its free set when
+    /// `replacing` is empty (its key goes there), else it is taken out.
+    #[inline(always)]
+    fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>, replacing: &mut Option<(FreeKey, u32)>) -> u64 {
         let Some(src) = src else { return 0 };
-        let s = &self.blocks[src];
-        if s.is_active() || s.mapped != self.blocks[dst].mapped {
+        let dst_mapped = self.blocks[dst].mapped;
+        let s = &mut self.blocks[src];
+        if s.is_active() || s.mapped != dst_mapped {
             return 0;
         }
-        if s.mapped {
-            self.remove_from_pool(src);
-        } else {
+        let (s_addr, s_size, s_prev, s_next, s_key) = (s.addr, s.size, s.prev, s.next, s.free_key());
+        let s_context = s.take_context_when_segment_allocated();
+        if !dst_mapped {
             self.pools[s.pool.0 as usize].unmapped.remove(&(s.stream, s.addr));
+        } else if replacing.is_none() {
+            *replacing = Some((s_key, NOWHERE));
+        } else {
+            let removed = self.pools[s.pool.0 as usize].blocks.remove(s.stream, s_key, NOWHERE);
+            debug_assert!(removed, "block {src:?} was not in its pool");
         }
-        let s = &mut self.blocks[src];
-        let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
-        let s_context = s.context_when_segment_allocated.take();
         self.blocks.discard(src);
-        if self.blocks[dst].prev == Some(src) {
-            let d = &mut self.blocks[dst];
+        let d = &mut self.blocks[dst];
+        d.size += s_size;
+        let relink = if d.prev == Some(src) {
             d.addr = s_addr;
             d.prev = s_prev;
-            d.context_when_segment_allocated = s_context;
-            if let Some(p) = s_prev {
-                self.blocks[p].next = Some(dst);
-            }
+            d.set_context_when_segment_allocated(s_context);
+            s_prev.map(|p| (p, true))
         } else {
-            self.blocks[dst].next = s_next;
-            if let Some(n) = s_next {
-                self.blocks[n].prev = Some(dst);
-            }
+            d.next = s_next;
+            s_next.map(|n| (n, false))
+        };
+        match relink {
+            Some((p, true)) => self.blocks[p].next = Some(dst),
+            Some((n, false)) => self.blocks[n].prev = Some(dst),
+            None => {}
         }
-        self.blocks[dst].size += s_size;
         s_size
     }
 }

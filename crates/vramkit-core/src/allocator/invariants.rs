@@ -56,8 +56,21 @@ fn check_array(name: &'static str, array: &StatArray, sums: [i64; 2]) -> Result<
 
 impl<D: Device> CachingAllocator<D> {
     /// Checks every structural and statistical invariant; the first broken
-    /// one is returned.
+    /// one is returned. With a parked free, its pair is checked and the
+    /// rest on a copy with its merge done.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        if let Some(p) = &self.parked {
+            let (b, n) = (&self.blocks[p.block], &self.blocks[p.next]);
+            let pool = &self.pools[p.pool.0 as usize].blocks;
+            let pair = b.next == Some(p.next) && n.prev == Some(p.block) && (b.pool, b.stream) == (p.pool, p.stream);
+            let freed = !b.is_active() && b.extras.is_none() && !pool.contains(b.stream, b.free_key(), p.block);
+            let alone = b.prev.is_none_or(|q| self.blocks[q].is_active()) && self.allocated.get(b.addr).is_none();
+            let neighbour = !n.is_active() && n.mapped && n.extras.is_none() && pool.contains(n.stream, n.free_key(), p.next);
+            if !(pair && freed && alone && neighbour && self.history.is_none()) {
+                return violation("a parked free is a freed block and its free upper neighbour", format!("{p:?}"));
+            }
+            return self.settled_copy().check_invariants();
+        }
         let max_split = self.config.max_split_size();
         let mut sums = Sums::default();
         let mut seen = HashSet::new();
@@ -136,16 +149,16 @@ impl<D: Device> CachingAllocator<D> {
                         return violation("a block is in its pool iff it is free", format!("block at {:#x} free={free} in_pool={in_pool}", b.addr));
                     }
                 }
-                if b.allocated != (self.allocated.get(&b.addr) == Some(&id)) {
+                if b.allocated != (self.allocated.get(b.addr) == Some(id)) {
                     return violation("allocated blocks are in the address map", format!("block at {:#x}", b.addr));
                 }
-                if b.held != (self.held.get(&b.addr) == Some(&id)) {
+                if b.held != (self.held.get(b.addr) == Some(id)) {
                     return violation("held blocks are in the held map", format!("block at {:#x}", b.addr));
                 }
                 if b.held && b.allocated {
                     return violation("a held block is not allocated", format!("block at {:#x}", b.addr));
                 }
-                if b.stream_uses.contains(&b.stream) {
+                if b.stream_uses().contains(&b.stream) {
                     return violation("stream uses exclude the own stream", format!("block at {:#x}", b.addr));
                 }
                 if b.allocated {
@@ -208,7 +221,7 @@ impl<D: Device> CachingAllocator<D> {
             return violation("the held map holds only held blocks", format!("{} entries", self.held.len()));
         }
         let pending: usize = self.cuda_events.values().map(|q| q.len()).sum();
-        let counted: u32 = seen.iter().map(|&id| self.blocks[id].event_count).sum();
+        let counted: u32 = seen.iter().map(|&id| self.blocks[id].event_count()).sum();
         if pending != counted as usize {
             return violation("event counts match pending events", format!("{pending} pending, {counted} counted"));
         }

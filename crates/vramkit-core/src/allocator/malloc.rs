@@ -3,7 +3,7 @@
 
 use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
 use crate::block::{Block, BlockId, PoolIdx};
-use crate::pool::FreeEntry;
+use crate::pool::{FreeEntry, FreeKey, NOWHERE};
 use crate::device::{Device, DeviceError, StreamId};
 use crate::error::Error;
 use crate::history::ContextLevel;
@@ -22,8 +22,11 @@ pub(crate) struct AllocParams {
     /// Bytes of a new segment for it.
     pub alloc_size: u64,
     pub pool: PoolIdx,
-    /// The block found or made.
+    /// The block found or made; it is in its pool's free set until
+    /// `alloc_found_block` takes it (or what it splits off) out.
     pub block: Option<BlockId>,
+    /// Where best fit found it in the free set (`FreeEntry::index`).
+    pub hint: u32,
 }
 
 impl<D: Device> CachingAllocator<D> {
@@ -32,38 +35,61 @@ impl<D: Device> CachingAllocator<D> {
         orig_size: u64,
         stream: StreamId,
         context: Option<Frames>,
-    ) -> Result<BlockId, Error> {
+    ) -> Result<u64, Error> {
         if orig_size >= ONE_EXABYTE {
-            return Err(Error::OutOfMemory(Box::new(OutOfMemoryError::more_than_one_exabyte(
-                self.device_index,
-                orig_size,
-            ))));
+            return Err(self.more_than_one_exabyte(orig_size));
         }
-        if !self.capture_underway() {
+        if self.events_pending() && !self.capture_underway() {
+            self.settle_parked();
             self.process_events_impl(&context);
         }
 
         let mut params = self.alloc_params(orig_size, stream);
-        let found = self.get_free_block(&mut params);
+        if self.parked.is_some() {
+            if let Some(p) = self.unparks(&params) {
+                self.count_get_free_block(params.pool);
+                let (addr, inactive_split) = self.unpark(p, &params);
+                self.hand_out(&params, p.block, addr, params.size, inactive_split, context);
+                return Ok(addr);
+            }
+            self.settle_parked();
+        }
         // Free-memory callbacks (CUDA IPC collection in PyTorch) free nothing
         // here, so there is no second search.
+        let found = self.get_free_block(&mut params);
         if !found {
-            if self.gc_active() {
-                self.garbage_collect_cached_blocks(&context);
-            }
-            let ok = self.alloc_block(&mut params, false, &context)?
-                || (self.release_available_cached_blocks(&params, &context)?
-                    && self.alloc_block(&mut params, false, &context)?)
-                || (!self.capture_underway()
-                    && self.release_cached_blocks(Some(&context))
-                    && self.alloc_block(&mut params, true, &context)?);
-            if !ok {
-                return Err(self.out_of_memory(&params, context));
-            }
+            self.grow(&mut params, &context)?;
         }
-        let block = params.block.expect("a block was found or made");
-        let split = self.should_split(block, params.size);
-        Ok(self.alloc_found_block(&params, block, split, context))
+        let id = params.block.expect("a block was found or made");
+        let (block, addr) = self.alloc_found_block(&params, id, context);
+        if found && block != id {
+            self.remember_split(params.pool, block, id);
+        }
+        Ok(addr)
+    }
+
+    /// 3.2 to 3.4, when the cache has no block for the request: garbage
+    /// collection, a new segment, the retry ladder, else out-of-memory.
+    #[inline(never)]
+    fn grow(&mut self, params: &mut AllocParams, context: &Option<Frames>) -> Result<(), Error> {
+        if self.gc_active() {
+            self.garbage_collect_cached_blocks(context);
+        }
+        let ok = self.alloc_block(params, false, context)?
+            || (self.release_available_cached_blocks(params, context)? && self.alloc_block(params, false, context)?)
+            || (!self.capture_underway()
+                && self.release_cached_blocks(Some(context))
+                && self.alloc_block(params, true, context)?);
+        if ok {
+            Ok(())
+        } else {
+            Err(self.out_of_memory(params, context.clone()))
+        }
+    }
+
+    #[cold]
+    fn more_than_one_exabyte(&self, orig_size: u64) -> Error {
+        Error::OutOfMemory(Box::new(OutOfMemoryError::more_than_one_exabyte(self.device_index, orig_size)))
     }
 
     pub(crate) fn alloc_params(&self, orig_size: u64, stream: StreamId) -> AllocParams {
@@ -76,6 +102,7 @@ impl<D: Device> CachingAllocator<D> {
             alloc_size: get_allocation_size(size, self.config.large_segment_size_bytes),
             pool,
             block: None,
+            hint: NOWHERE,
         }
     }
 
@@ -95,24 +122,33 @@ impl<D: Device> CachingAllocator<D> {
         self.set_fraction && self.config.garbage_collection_threshold > 0.0
     }
 
+    /// Garbage collection ages blocks by the searches of their pool.
+    #[inline(always)]
+    pub(crate) fn count_get_free_block(&mut self, pool: PoolIdx) {
+        if self.gc_active() {
+            self.pools[pool.0 as usize].get_free_blocks_call_count += 1;
+        }
+    }
+
     /// 3.1: best fit in the request's pool and stream, with the oversize rules.
     pub(crate) fn get_free_block(&mut self, params: &mut AllocParams) -> bool {
-        if self.gc_active() {
-            self.pools[params.pool.0 as usize].get_free_blocks_call_count += 1;
-        }
+        self.count_get_free_block(params.pool);
         let Some(found) = self.find_free_block(params) else {
             return false;
         };
-        let key = self.blocks[found.id].free_key();
-        self.pools[params.pool.0 as usize].blocks.remove(found.stream, key);
         params.block = Some(found.id);
+        params.hint = found.index;
         true
     }
 
-    /// The block `get_free_block` would take, without taking it.
+    /// The block `get_free_block` would take, without taking it (with a
+    /// parked free's merge done: then possibly the parked block).
     pub(crate) fn find_free_block(&self, params: &AllocParams) -> Option<FreeEntry> {
         let pool = &self.pools[params.pool.0 as usize];
-        let mut found = pool.blocks.lower_bound(params.stream, params.size)?;
+        let mut found = match &self.parked {
+            Some(p) if p.pool == params.pool && p.stream == params.stream => self.parked_lower_bound(p, params.size)?,
+            _ => pool.blocks.lower_bound(params.stream, params.size)?,
+        };
         if self.blocks[found.id].expandable.is_some() {
             if self.config.expandable_segments {
                 // Judge a block at the growth frontier by the size it can grow
@@ -202,51 +238,48 @@ impl<D: Device> CachingAllocator<D> {
         let mut block = Block::new(addr.0, size, params.stream, params.pool);
         block.registration_counter = self.register_segment();
         if keep_context {
-            block.context_when_segment_allocated = context.clone();
+            block.set_context_when_segment_allocated(context.clone());
         }
         let id = self.blocks.insert(block);
+        self.insert_into_pool(id);
         params.block = Some(id);
         Ok(true)
     }
 
-    /// 3.3: split the block, or hand it out whole?
-    #[inline]
-    pub(crate) fn should_split(&self, block: BlockId, size: u64) -> bool {
-        let block = &self.blocks[block];
-        let remaining = block.size - size;
-        if self.pools[block.pool.0 as usize].is_small() || self.expandable_active() {
+    /// 3.3: split a block of `pool` for a request of `size` bytes, leaving
+    /// `remaining`, or hand it out whole?
+    #[inline(always)]
+    pub(crate) fn should_split(&self, pool: PoolIdx, size: u64, remaining: u64) -> bool {
+        if self.pools[pool.0 as usize].is_small() || self.expandable_active() {
             remaining >= MIN_BLOCK_SIZE
         } else {
             size < self.config.max_split_size() && remaining > LARGE_SPLIT_REMAINDER
         }
     }
 
-    /// 3.5: carve the allocation from the low end of `id` and account for it.
-    pub(crate) fn alloc_found_block(
-        &mut self,
-        params: &AllocParams,
-        id: BlockId,
-        split: bool,
-        context: Option<Frames>,
-    ) -> BlockId {
+    /// 3.3 and 3.5: carve the allocation from the low end of `id` (a free
+    /// block in its pool), splitting it when the rest is worth keeping, and
+    /// account for it. Returns the block handed out and its address.
+    pub(crate) fn alloc_found_block(&mut self, params: &AllocParams, id: BlockId, context: Option<Frames>) -> (BlockId, u64) {
         let size = params.size;
-        let already_split = self.blocks[id].is_split();
-        let expandable = self.blocks[id].expandable;
-        let mut inactive_split = (0i64, 0i64);
-        let block = if split {
-            // The free block keeps its identity as the remainder; a new block
-            // takes its low end.
-            let remaining = id;
-            let (addr, prev, from) = {
-                let r = &self.blocks[remaining];
-                (r.addr, r.prev, r.registration_counter)
-            };
-            let registration_counter = self.register_split(from);
+        let b = &self.blocks[id];
+        let (addr, block_size, prev, expandable, counter) = (b.addr, b.size, b.prev, b.expandable, b.registration_counter);
+        let already_split = b.is_split();
+        let found_key = b.free_key();
+        let remaining = block_size - size;
+        let split = self.should_split(params.pool, size, remaining);
+        // inactive_split is not kept for expandable blocks.
+        let (block, block_size, inactive_split) = if split {
+            // The free block keeps its identity (and free-set entry) as the
+            // remainder; a new block takes its low end.
+            let registration_counter = self.register_split(counter);
             let new_block = self.blocks.insert(Block {
                 prev,
-                next: Some(remaining),
+                next: Some(id),
                 expandable,
                 registration_counter,
+                allocated: true,
+                requested_size: params.orig_size,
                 ..Block::new(addr, size, params.stream, params.pool)
             });
             // As in PyTorch, the segment's cudaMalloc stack stays on the old
@@ -255,57 +288,83 @@ impl<D: Device> CachingAllocator<D> {
             if let Some(p) = prev {
                 self.blocks[p].next = Some(new_block);
             }
-            let r = &mut self.blocks[remaining];
+            let r = &mut self.blocks[id];
             r.prev = Some(new_block);
-            r.addr += size;
-            r.size -= size;
-            let remaining_size = r.size;
-            self.insert_into_pool(remaining);
-            // inactive_split is not kept for expandable blocks.
-            if expandable.is_some() {
-            } else if already_split {
-                inactive_split = (0, -(size as i64));
-            } else {
-                inactive_split = (1, remaining_size as i64);
-            }
-            new_block
+            r.addr = addr + size;
+            r.size = remaining;
+            self.put_into_pool(id, Some((found_key, params.hint)));
+            let inactive_split = match (expandable, already_split) {
+                (Some(_), _) => (0, 0),
+                (None, true) => (0, -(size as i64)),
+                (None, false) => (1, remaining as i64),
+            };
+            (new_block, size, inactive_split)
         } else {
-            if already_split && expandable.is_none() {
-                inactive_split = (-1, -(self.blocks[id].size as i64));
-            }
-            id
+            let removed = self.pools[params.pool.0 as usize].blocks.remove(params.stream, found_key, params.hint);
+            debug_assert!(removed, "block {id:?} was not in its pool");
+            let b = &mut self.blocks[id];
+            b.allocated = true;
+            b.requested_size = params.orig_size;
+            b.set_context_when_allocated(None);
+            let inactive_split = if already_split && expandable.is_none() { (-1, -(block_size as i64)) } else { (0, 0) };
+            (id, block_size, inactive_split)
         };
+        self.hand_out(params, block, addr, block_size, inactive_split, context);
+        (block, addr)
+    }
 
-        let keep_context = self.history.as_ref().is_some_and(|h| h.config.context >= ContextLevel::State);
-        let b = &mut self.blocks[block];
-        b.allocated = true;
-        b.requested_size = params.orig_size;
-        b.context_when_allocated = if keep_context { context.clone() } else { None };
-        let (addr, block_size) = (b.addr, b.size);
-        let frames = self.trace_frames(&context, ContextLevel::Alloc);
-        self.record_trace(TraceAction::Alloc, addr, params.orig_size, params.stream, frames);
-        self.allocated.insert(addr, block);
+    /// 3.5's bookkeeping for `block` (at `addr`, `block_size` bytes), now
+    /// allocated for `params`: history, the address map, statistics.
+    #[inline(always)]
+    pub(crate) fn hand_out(
+        &mut self,
+        params: &AllocParams,
+        block: BlockId,
+        addr: u64,
+        block_size: u64,
+        inactive_split: (i64, i64),
+        context: Option<Frames>,
+    ) {
+        if let Some(h) = &self.history {
+            if h.config.context >= ContextLevel::State {
+                self.blocks[block].set_context_when_allocated(context.clone());
+            }
+            let frames = self.trace_frames(&context, ContextLevel::Alloc);
+            self.record_trace(TraceAction::Alloc, addr, params.orig_size, params.stream, frames);
+        }
+        let fresh = self.allocated.insert(addr, block);
+        debug_assert!(fresh, "{addr:#x} handed out twice");
         let kind = self.pools[params.pool.0 as usize].kind;
         let oversize = block_size >= self.config.max_split_size();
         self.stats.account_block_allocated(kind, block_size, params.orig_size, oversize, inactive_split);
-        block
     }
 
     /// Puts a free block into its pool, resetting its age.
     #[inline]
     pub(crate) fn insert_into_pool(&mut self, id: BlockId) {
+        self.put_into_pool(id, None);
+    }
+
+    /// Puts a free block into its pool, resetting its age, in place of the
+    /// entry at `replacing` if given (the key of a block it was split from
+    /// or merged with, still in the pool, and where it was found).
+    #[inline(always)]
+    pub(crate) fn put_into_pool(&mut self, id: BlockId, replacing: Option<(FreeKey, u32)>) {
         let b = &mut self.blocks[id];
         let pool = &mut self.pools[b.pool.0 as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
-        let inserted = pool.blocks.insert(b.stream, b.free_key(), id);
-        debug_assert!(inserted, "block {id:?} was already in its pool");
+        let put = match replacing {
+            Some((old, hint)) => pool.blocks.rekey(b.stream, old, hint, b.free_key(), id),
+            None => pool.blocks.insert(b.stream, b.free_key(), id),
+        };
+        debug_assert!(put, "block {id:?} was already in its pool, or what it replaces was not");
     }
 
     /// Takes a free block out of its pool.
     #[inline]
     pub(crate) fn remove_from_pool(&mut self, id: BlockId) {
         let b = &self.blocks[id];
-        let removed = self.pools[b.pool.0 as usize].blocks.remove(b.stream, b.free_key());
+        let removed = self.pools[b.pool.0 as usize].blocks.remove(b.stream, b.free_key(), NOWHERE);
         debug_assert!(removed, "block {id:?} was not in its pool");
     }
 

@@ -2,7 +2,8 @@
 //!
 //! The public operations live here; the algorithm is split by job:
 //! `malloc.rs` (search, new segments, the retry ladder, splitting),
-//! `free.rs` (free, merging, stream events), `release.rs` (returning
+//! `free.rs` (free, merging, stream events), `parked.rs` (a free whose
+//! merge waits for the next request, which may split it back), `release.rs` (returning
 //! segments to the device: targeted release, `empty_cache`, garbage
 //! collection), `snapshot.rs` (state export), `invariants.rs` (the checker).
 
@@ -10,6 +11,7 @@ mod expandable;
 mod free;
 mod invariants;
 mod malloc;
+mod parked;
 mod private_pool;
 mod release;
 mod restore;
@@ -21,6 +23,7 @@ pub use private_pool::{PoolError, StreamFilter};
 pub use restore::RestoreError;
 pub use what_if::AfterEmptyCache;
 
+use crate::addr_map::AddrMap;
 use crate::block::{BlockArena, BlockId, PendingEvent, PoolIdx};
 use crate::config::AllocatorConfig;
 use crate::device::{Device, DeviceAddr, StreamId};
@@ -30,8 +33,8 @@ use crate::pool::BlockPool;
 use crate::rounding::PoolKind;
 use crate::snapshot::{Frames, MempoolId};
 use crate::stats::DeviceStats;
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{BTreeMap, VecDeque};
+use std::hash::Hasher;
 
 /// With the `validate` feature, whether `check_invariants()` runs after
 /// every public operation (on by default; a program can turn it off).
@@ -72,9 +75,9 @@ pub struct CachingAllocator<D: Device> {
     /// Index 0: default large pool, 1: default small pool; private pools after.
     pub(crate) pools: Vec<BlockPool>,
     /// Allocated blocks by address (PyTorch's `allocated_blocks`).
-    pub(crate) allocated: HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>,
+    pub(crate) allocated: AddrMap<BlockId>,
     /// Blocks freed with `free_requested`, waiting for `free_completed`.
-    pub(crate) held: HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>,
+    pub(crate) held: AddrMap<BlockId>,
     /// Pending `record_stream` events per stream, oldest first. Streams are
     /// walked from the highest handle down. PyTorch walks them in the order
     /// of its hash map of c10 stream ids, which a device handle does not
@@ -106,6 +109,15 @@ pub struct CachingAllocator<D: Device> {
     pub(crate) max_split_size_changed: bool,
     /// The registration counter the next segment gets.
     pub(crate) next_registration_counter: u32,
+    /// A free whose merge is put off (`parked.rs`); every operation but
+    /// `malloc`, `free` and the readers that know about it does the merge first.
+    pub(crate) parked: Option<parked::Parked>,
+    /// The last split best fit chose, while its pool's free set is as the
+    /// split left it (`parked.rs`).
+    pub(crate) split_memo: Option<parked::SplitMemo>,
+    /// Whether frees may be parked (always, but for the tests that compare
+    /// against the allocator without it).
+    pub(crate) parking: bool,
 }
 
 /// A fast hasher for 512-byte-aligned addresses.
@@ -144,8 +156,8 @@ impl<D: Device> CachingAllocator<D> {
             pools: vec![BlockPool::new(PoolKind::Large, (0, 0)), BlockPool::new(PoolKind::Small, (0, 0))],
             config,
             blocks: BlockArena::default(),
-            allocated: HashMap::default(),
-            held: HashMap::default(),
+            allocated: AddrMap::default(),
+            held: AddrMap::default(),
             cuda_events: BTreeMap::new(),
             total_allocated_memory: 0,
             set_fraction: false,
@@ -158,6 +170,9 @@ impl<D: Device> CachingAllocator<D> {
             freeable_pools: Vec::new(),
             captures_underway: Vec::new(),
             deferred_frees: Vec::new(),
+            parked: None,
+            split_memo: None,
+            parking: true,
         };
         if allocator.config.per_process_memory_fraction < 1.0 {
             allocator.apply_memory_fraction(allocator.config.per_process_memory_fraction);
@@ -245,7 +260,7 @@ impl<D: Device> CachingAllocator<D> {
         if size == 0 {
             return Ok(DeviceAddr(0));
         }
-        let result = self.malloc_impl(size, stream, context).map(|id| DeviceAddr(self.blocks[id].addr));
+        let result = self.malloc_impl(size, stream, context).map(DeviceAddr);
         self.validate();
         result
     }
@@ -257,28 +272,44 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `free`, with the stack of the free site for history at context level `All`.
     pub fn free_with_context(&mut self, ptr: DeviceAddr, context: Option<Frames>) -> Result<(), Error> {
+        self.free_inner(ptr, context).map(|_| ())
+    }
+
+    /// `free`, returning the size `malloc` was asked for (0 for the null
+    /// address): what a front end compares with the size its caller passes
+    /// back, without a second lookup.
+    pub fn free_returning_requested_size(&mut self, ptr: DeviceAddr) -> Result<u64, Error> {
+        self.free_inner(ptr, None)
+    }
+
+    #[inline(always)]
+    fn free_inner(&mut self, ptr: DeviceAddr, context: Option<Frames>) -> Result<u64, Error> {
         if ptr.0 == 0 {
-            return Ok(());
+            return Ok(0);
         }
-        let id = self.allocated.remove(&ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
+        let id = self.allocated.remove(ptr.0).ok_or_else(|| Error::UnknownPointer { addr: ptr })?;
+        self.settle_parked();
+        let requested = self.blocks[id].requested_size;
         self.free_impl(id, context);
         self.validate();
-        Ok(())
+        Ok(requested)
     }
 
     /// `Tensor.record_stream(stream)`: the block at `ptr` is also used on
     /// `stream`, so after it is freed it is not reused until the work queued
     /// on `stream` so far has completed. Uses on the block's own stream are ignored.
     pub fn record_stream(&mut self, ptr: DeviceAddr, stream: StreamId) -> Result<(), Error> {
-        let id = *self.allocated.get(&ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
+        self.settle_parked();
+        let id = self.allocated.get(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         let in_capture = self.capture_underway();
         let block = &mut self.blocks[id];
         if block.stream != stream {
-            if let Err(at) = block.stream_uses.binary_search(&stream) {
-                block.stream_uses.insert(at, stream);
+            let extras = block.extras_mut();
+            if let Err(at) = extras.stream_uses.binary_search(&stream) {
+                extras.stream_uses.insert(at, stream);
             }
-            if in_capture && !block.capture_stream_uses.contains(&stream) {
-                block.capture_stream_uses.push(stream);
+            if in_capture && !extras.capture_stream_uses.contains(&stream) {
+                extras.capture_stream_uses.push(stream);
             }
         }
         self.validate();
@@ -288,6 +319,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `torch.cuda.empty_cache()`: wait for pending stream events, then give
     /// every wholly free segment back to the device.
     pub fn empty_cache(&mut self) {
+        self.settle_parked();
         self.release_cached_blocks(None);
         self.validate();
     }
@@ -308,6 +340,7 @@ impl<D: Device> CachingAllocator<D> {
         if !(0.0..=1.0).contains(&fraction) {
             return Err(Error::InvalidFraction { fraction });
         }
+        self.settle_parked();
         self.config.per_process_memory_fraction = fraction;
         self.apply_memory_fraction(fraction);
         Ok(())
@@ -328,6 +361,7 @@ impl<D: Device> CachingAllocator<D> {
     /// leaves the others as they are. `memory_stats()["max_split_size"]`
     /// keeps its construction-time value, as in PyTorch.
     pub fn update_settings(&mut self, conf: &str) -> Result<(), Error> {
+        self.settle_parked();
         let fraction_before = self.config.per_process_memory_fraction;
         let max_split_before = self.config.max_split_size_bytes;
         self.config.update(conf)?;
@@ -341,6 +375,7 @@ impl<D: Device> CachingAllocator<D> {
     /// Replaces every setting at once (the fraction is re-applied).
     pub fn set_config(&mut self, config: AllocatorConfig) -> Result<(), Error> {
         config.validate()?;
+        self.settle_parked();
         self.max_split_size_changed |= config.max_split_size_bytes != self.config.max_split_size_bytes;
         self.config = config;
         self.apply_memory_fraction(self.config.per_process_memory_fraction);
@@ -370,22 +405,24 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Starts (or with `None` stops and clears) history recording.
     pub fn record_history(&mut self, config: Option<HistoryConfig>) {
+        self.settle_parked();
         self.history = config.map(History::new);
     }
 
     /// The rounded size of the block at `ptr`, if it is allocated here.
     pub fn block_size(&self, ptr: DeviceAddr) -> Option<u64> {
-        self.allocated.get(&ptr.0).map(|&id| self.blocks[id].size)
+        self.allocated.get(ptr.0).map(|id| self.blocks[id].size)
     }
 
     /// The requested (unrounded) size of the block at `ptr`, if it is allocated here.
     pub fn requested_size(&self, ptr: DeviceAddr) -> Option<u64> {
-        self.allocated.get(&ptr.0).map(|&id| self.blocks[id].requested_size)
+        self.allocated.get(ptr.0).map(|id| self.blocks[id].requested_size)
     }
 
     /// Frees the blocks whose stream events have completed, as the start of
     /// every `malloc` does. Replays call it at the end of a trace.
     pub fn process_events(&mut self) {
+        self.settle_parked();
         if !self.capture_underway() {
             self.process_events_impl(&None);
         }

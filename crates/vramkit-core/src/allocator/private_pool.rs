@@ -67,6 +67,7 @@ impl<D: Device> CachingAllocator<D> {
     /// Makes a private pool, or adds a user to an existing one
     /// (PyTorch's `create_or_incref_pool`).
     pub fn create_pool(&mut self, id: MempoolId) -> Result<(), PoolError> {
+        self.settle_parked();
         if id == (0, 0) {
             return Err(PoolError::DefaultId);
         }
@@ -86,6 +87,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `beginAllocateToPool`: from now on, requests matching `filter` are
     /// served from private pool `id` (made if needed, with one more user).
     pub fn begin_allocate_to_pool(&mut self, id: MempoolId, filter: StreamFilter) -> Result<(), PoolError> {
+        self.settle_parked();
         if self.captures_underway.iter().any(|(c, _)| *c == id) {
             return Err(PoolError::AlreadyAllocating { id });
         }
@@ -96,6 +98,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `endAllocateToPool`: stop routing requests to `id`.
     pub fn end_allocate_to_pool(&mut self, id: MempoolId) -> Result<(), PoolError> {
+        self.settle_parked();
         let at = self.captures_underway.iter().position(|(c, _)| *c == id).ok_or(PoolError::NotActive { id, what: "being allocated to" })?;
         self.captures_underway.remove(at);
         Ok(())
@@ -104,6 +107,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `releasePool`: one user less; at none the pool's cached segments are
     /// freed by the next `empty_cache` (or last-retry release).
     pub fn release_pool(&mut self, id: MempoolId) -> Result<(), PoolError> {
+        self.settle_parked();
         let p = self.private_pools.get_mut(&id).ok_or(PoolError::NotActive { id, what: "a live pool" })?;
         if p.use_count == 0 {
             return Err(PoolError::NotActive { id, what: "in use" });
@@ -134,6 +138,7 @@ impl<D: Device> CachingAllocator<D> {
     /// only when a release frees one of them. No-op for an unknown or
     /// already freeable pool.
     pub fn release_pool_entirely(&mut self, id: MempoolId) {
+        self.settle_parked();
         if let Some(p) = self.private_pools.get_mut(&id) {
             if p.use_count > 0 {
                 p.use_count = 0;

@@ -17,7 +17,7 @@ impl<D: Device> CachingAllocator<D> {
         debug_assert!(!b.is_split(), "release of a split block");
         let frames = match self.trace_frames(context, ContextLevel::Alloc) {
             Some(f) => Some(f),
-            None => self.trace_frames(&b.context_when_segment_allocated, ContextLevel::Alloc),
+            None => self.trace_frames(&b.context_when_segment_allocated().cloned(), ContextLevel::Alloc),
         };
         self.record_trace(TraceAction::SegmentFree, b.addr, b.size, b.stream, frames);
         self.device.free(DeviceAddr(b.addr), b.size);

@@ -125,22 +125,24 @@ impl<D: Device> CachingAllocator<D> {
                 prev,
                 allocated: info.state == BlockState::ActiveAllocated,
                 held: info.state == BlockState::ActivePendingFree,
-                context_when_allocated: info.frames.clone(),
-                context_when_segment_allocated: if i == 0 { s.frames.clone() } else { None },
                 registration_counter,
                 ..Block::new(addr, info.size, stream, pool)
             });
+            self.blocks[id].set_context_when_allocated(info.frames.clone());
+            self.blocks[id].set_context_when_segment_allocated(if i == 0 { s.frames.clone() } else { None });
             if let Some(p) = prev {
                 self.blocks[p].next = Some(id);
             }
             let oversize = info.size >= self.config.max_split_size();
             match info.state {
                 BlockState::ActiveAllocated => {
-                    self.allocated.insert(addr, id);
+                    let fresh = self.allocated.insert(addr, id);
+                    debug_assert!(fresh);
                     self.stats.account_block_allocated(kind, info.size, info.requested_size, oversize, (0, 0));
                 }
                 BlockState::ActivePendingFree => {
-                    self.held.insert(addr, id);
+                    let fresh = self.held.insert(addr, id);
+                    debug_assert!(fresh);
                     self.stats.account_block_allocated(kind, info.size, info.requested_size, oversize, (0, 0));
                     self.stats.account_free_requested(kind, info.size, oversize);
                 }
@@ -172,9 +174,11 @@ impl<D: Device> CachingAllocator<D> {
     /// block (`free_requested`), but it is not reusable until
     /// [`free_completed`](Self::free_completed) at the same address.
     pub fn free_requested(&mut self, ptr: DeviceAddr) -> Result<(), Error> {
-        let id = self.allocated.remove(&ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
+        self.settle_parked();
+        let id = self.allocated.remove(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         self.blocks[id].held = true;
-        self.held.insert(ptr.0, id);
+        let fresh = self.held.insert(ptr.0, id);
+        debug_assert!(fresh);
         self.free_impl(id, None);
         self.validate();
         Ok(())
@@ -183,10 +187,11 @@ impl<D: Device> CachingAllocator<D> {
     /// The second half: the block freed at `ptr` becomes reusable (merged
     /// and pooled), as when its last stream event completes.
     pub fn free_completed(&mut self, ptr: DeviceAddr) -> Result<(), Error> {
-        let id = self.held.remove(&ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
+        self.settle_parked();
+        let id = self.held.remove(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         let b = &mut self.blocks[id];
         b.held = false;
-        if b.event_count == 0 && !b.allocated {
+        if b.event_count() == 0 && !b.allocated {
             self.free_block(id, &None);
         }
         self.validate();
@@ -198,10 +203,11 @@ impl<D: Device> CachingAllocator<D> {
     /// uses do: the allocator then frees it itself when the event completes
     /// (at the next `malloc`) or in a synchronisation.
     pub fn hold_with_event(&mut self, ptr: DeviceAddr, stream: StreamId) -> Result<(), Error> {
-        let id = self.held.remove(&ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
+        self.settle_parked();
+        let id = self.held.remove(ptr.0).ok_or(Error::UnknownPointer { addr: ptr })?;
         self.blocks[id].held = false;
         let event = self.device.record_event(stream);
-        self.blocks[id].event_count += 1;
+        self.blocks[id].extras_mut().event_count += 1;
         self.cuda_events.entry(stream).or_default().push_back(crate::block::PendingEvent { event, block: id });
         self.validate();
         Ok(())
@@ -209,7 +215,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Addresses of the blocks held by `free_requested`.
     pub fn held_addresses(&self) -> Vec<DeviceAddr> {
-        let mut v: Vec<DeviceAddr> = self.held.keys().map(|&a| DeviceAddr(a)).collect();
+        let mut v: Vec<DeviceAddr> = self.held.iter().map(|(a, _)| DeviceAddr(a)).collect();
         v.sort_unstable();
         v
     }

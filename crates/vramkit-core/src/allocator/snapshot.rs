@@ -38,12 +38,17 @@ impl<D: Device> CachingAllocator<D> {
             segment_type: self.pools[h.pool.0 as usize].kind,
             segment_pool_id: self.pool_id_of(h.pool),
             is_expandable: h.expandable.is_some(),
-            frames: h.context_when_segment_allocated.clone(),
+            frames: h.context_when_segment_allocated().cloned(),
             blocks: Vec::new(),
         };
         let mut cursor = Some(head);
         while let Some(id) = cursor.filter(|&id| self.blocks[id].mapped) {
             let b = &self.blocks[id];
+            // A parked free shows as the block its merge makes.
+            let (size, next) = match self.parked.filter(|p| p.block == id) {
+                Some(p) => (b.size + self.blocks[p.next].size, self.blocks[p.next].next),
+                None => (b.size, b.next),
+            };
             let state = if b.allocated {
                 BlockState::ActiveAllocated
             } else if b.is_active() {
@@ -51,22 +56,22 @@ impl<D: Device> CachingAllocator<D> {
             } else {
                 BlockState::Inactive
             };
-            segment.total_size += b.size;
+            segment.total_size += size;
             if b.allocated {
-                segment.allocated_size += b.size;
+                segment.allocated_size += size;
             }
             if state.is_active() {
-                segment.active_size += b.size;
+                segment.active_size += size;
                 segment.requested_size += b.requested_size;
             }
             segment.blocks.push(BlockInfo {
                 address: b.addr,
-                size: b.size,
+                size,
                 requested_size: b.requested_size,
                 state,
-                frames: b.context_when_allocated.clone(),
+                frames: b.context_when_allocated().cloned(),
             });
-            cursor = b.next;
+            cursor = next;
         }
         segment
     }
@@ -75,6 +80,7 @@ impl<D: Device> CachingAllocator<D> {
     /// Like PyTorch, taking a snapshot appends a `snapshot` entry (size =
     /// active bytes) to the history first.
     pub fn snapshot(&mut self) -> Snapshot {
+        self.settle_parked();
         let segments = self.segments();
         let total_active: u64 = segments.iter().map(|s| s.active_size).sum();
         self.record_trace(TraceAction::Snapshot, 0, total_active, StreamId(0), None);

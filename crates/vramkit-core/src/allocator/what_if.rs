@@ -10,10 +10,25 @@ use crate::oom::{OomDiagnosis, OutOfMemoryError};
 /// A stand-in device for what-if runs: it has the real device's free bytes
 /// left, hands out fresh addresses above everything, and completes events at once.
 #[derive(Clone, Debug)]
-struct WhatIfDevice {
+pub(crate) struct WhatIfDevice {
     free_bytes: u64,
     total_bytes: u64,
     next_address: u64,
+}
+
+impl WhatIfDevice {
+    /// An empty device of `capacity` bytes, for tests.
+    #[cfg(test)]
+    pub(crate) fn with_capacity(capacity: u64) -> WhatIfDevice {
+        WhatIfDevice { free_bytes: capacity, total_bytes: capacity, next_address: 1 << 40 }
+    }
+
+    /// One with `device`'s free and total bytes, handing out addresses from
+    /// half the address space up.
+    pub(crate) fn like(device: &impl Device) -> WhatIfDevice {
+        let info = device.mem_get_info();
+        WhatIfDevice { free_bytes: info.free_bytes, total_bytes: info.total_bytes, next_address: u64::MAX / 2 }
+    }
 }
 
 impl Device for WhatIfDevice {
@@ -70,9 +85,10 @@ impl AfterEmptyCache {
 }
 
 impl<D: Device> CachingAllocator<D> {
-    /// A copy of every block, pool and statistic, on another device.
-    fn clone_state_onto<E: Device>(&self, device: E) -> CachingAllocator<E> {
-        CachingAllocator {
+    /// A copy of every block, pool and statistic, on another device, with
+    /// a parked free's merge done.
+    pub(crate) fn clone_state_onto<E: Device>(&self, device: E) -> CachingAllocator<E> {
+        let mut copy = CachingAllocator {
             device,
             device_index: self.device_index,
             config: self.config.clone(),
@@ -93,7 +109,12 @@ impl<D: Device> CachingAllocator<D> {
             freeable_pools: self.freeable_pools.clone(),
             captures_underway: self.captures_underway.clone(),
             deferred_frees: self.deferred_frees.clone(),
-        }
+            parked: self.parked,
+            split_memo: self.split_memo,
+            parking: self.parking,
+        };
+        copy.settle_parked();
+        copy
     }
 
     /// Would `malloc(size, stream)` succeed from the current state under `config`?
@@ -113,20 +134,42 @@ impl<D: Device> CachingAllocator<D> {
         copy.malloc_impl(size, stream, None).is_ok()
     }
 
+    /// Would `malloc(size, stream)` succeed at its first attempt, before the
+    /// retry ladder (the cache, garbage collection, then the device asked
+    /// once), on a copy of this allocator and its device? The allocator
+    /// itself is not changed.
+    pub fn first_attempt_fits(&self, size: u64, stream: StreamId) -> bool
+    where
+        D: Clone,
+    {
+        let mut copy = self.clone_state_onto(self.device.clone());
+        copy.history = None;
+        let context = None;
+        if !copy.capture_underway() {
+            copy.process_events_impl(&context);
+        }
+        let mut params = copy.alloc_params(size, stream);
+        if copy.get_free_block(&mut params) {
+            return true;
+        }
+        if copy.gc_active() {
+            copy.garbage_collect_cached_blocks(&context);
+        }
+        copy.alloc_block(&mut params, false, &context).unwrap_or(false)
+    }
+
     /// Would `malloc(size, stream)` be served from the cache if the block
     /// allocated at `ptr` were freed first (merging with its free
     /// neighbours)? `false` when `ptr` is not allocated. Changes nothing.
     pub fn fits_in_cache_after_free(&self, ptr: DeviceAddr, size: u64, stream: StreamId) -> bool {
-        let Some(&id) = self.allocated.get(&ptr.0) else { return false };
+        let Some(id) = self.allocated.get(ptr.0) else { return false };
         let block = &self.blocks[id];
         // A block on another stream or in another pool is never a candidate,
         // so freeing it changes nothing: no copy needed.
         if block.stream != stream || block.pool != self.alloc_params(size, stream).pool {
             return self.fits_in_cache(size, stream);
         }
-        let info = self.device.mem_get_info();
-        let device = WhatIfDevice { free_bytes: info.free_bytes, total_bytes: info.total_bytes, next_address: u64::MAX / 2 };
-        let mut copy = self.clone_state_onto(device);
+        let mut copy = self.clone_state_onto(WhatIfDevice::like(&self.device));
         copy.free(ptr).is_ok() && copy.fits_in_cache(size, stream)
     }
 
@@ -134,9 +177,7 @@ impl<D: Device> CachingAllocator<D> {
     /// synchronisation frees blocks still waiting on events), and what it
     /// would release. The allocator itself is not changed.
     pub fn after_empty_cache(&self) -> AfterEmptyCache {
-        let info = self.device.mem_get_info();
-        let device = WhatIfDevice { free_bytes: info.free_bytes, total_bytes: info.total_bytes, next_address: u64::MAX / 2 };
-        let mut copy = self.clone_state_onto(device);
+        let mut copy = self.clone_state_onto(WhatIfDevice::like(&self.device));
         copy.history = Some(crate::history::History::new(crate::history::HistoryConfig {
             record_trace: true,
             max_entries: usize::MAX,
