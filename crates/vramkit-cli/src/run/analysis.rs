@@ -5,7 +5,7 @@ use super::launch::Session;
 use super::location::{locate, Location};
 use super::recording::Recording;
 use crate::doctor::diagnoses;
-use crate::input::{load, CliError};
+use crate::input::{load, load_traces, CliError};
 use vramkit_core::TraceAction;
 use vramkit_replay::doctor::Diagnosis;
 use vramkit_replay::{DeviceTrace, TuneResult};
@@ -30,12 +30,11 @@ impl Analysis {
 /// against the usable memory of the session's card.
 pub fn analyse(recording: &Recording, session: &Session, max_candidates: Option<usize>) -> Result<Option<Analysis>, CliError> {
     let Some(path) = recording.snapshot() else { return Ok(None) };
-    let file = load(path)?;
+    let file = load_traces(path)?;
     let recorded = file.recorded_config(session.release);
-    let Some(trace) = DeviceTrace::split(&file.snapshot).into_iter().find(DeviceTrace::has_allocations) else {
+    let Some(trace) = DeviceTrace::split_file(file).into_iter().find(DeviceTrace::has_allocations) else {
         return Ok(None);
     };
-    drop(file);
     let traces = [trace];
     let capacity = session.usable_bytes().to_string();
     let found = diagnoses(&traces, path, &recorded, Some(&capacity), max_candidates)?;
