@@ -2,6 +2,8 @@
 //! actions and states) as small codes, so the decoder matches each memoized
 //! string once and compares integers after that.
 
+use vramkit_core::snapshot::TraceAction;
+
 macro_rules! words {
     ($($variant:ident = $text:literal,)*) => {
         /// A name the schema knows, or [`Word::Other`].
@@ -92,5 +94,24 @@ impl Word {
     /// The word of a code from [`Word::code`].
     pub(crate) fn from_code(code: u32) -> Word {
         ALL.get((code as usize).wrapping_sub(1)).copied().unwrap_or(Word::Other)
+    }
+}
+
+impl Word {
+    /// The trace action this word names, if vramkit models it.
+    pub(crate) fn action(self) -> Option<TraceAction> {
+        Some(match self {
+            Word::Alloc => TraceAction::Alloc,
+            Word::FreeRequested => TraceAction::FreeRequested,
+            Word::FreeCompleted => TraceAction::FreeCompleted,
+            Word::SegmentAlloc => TraceAction::SegmentAlloc,
+            Word::SegmentFree => TraceAction::SegmentFree,
+            Word::SegmentMap => TraceAction::SegmentMap,
+            Word::SegmentUnmap => TraceAction::SegmentUnmap,
+            Word::Snapshot => TraceAction::Snapshot,
+            Word::Oom => TraceAction::Oom,
+            Word::UserDefined => TraceAction::UserDefined,
+            _ => return None,
+        })
     }
 }

@@ -121,19 +121,7 @@ impl Reader<'_> {
             }
         }
         let action = action.ok_or_else(|| SchemaErr::missing("action"))?;
-        let kind = match action {
-            Word::Alloc => TraceAction::Alloc,
-            Word::FreeRequested => TraceAction::FreeRequested,
-            Word::FreeCompleted => TraceAction::FreeCompleted,
-            Word::SegmentAlloc => TraceAction::SegmentAlloc,
-            Word::SegmentFree => TraceAction::SegmentFree,
-            Word::SegmentMap => TraceAction::SegmentMap,
-            Word::SegmentUnmap => TraceAction::SegmentUnmap,
-            Word::Snapshot => TraceAction::Snapshot,
-            Word::Oom => TraceAction::Oom,
-            Word::UserDefined => TraceAction::UserDefined,
-            _ => return Ok(false),
-        };
+        let Some(kind) = action.action() else { return Ok(false) };
         self.entry.mask |= seen;
         // `oom` records the device's free bytes instead of an address.
         let (addr_key, addr) = if kind == TraceAction::Oom { ("device_free", device_free) } else { ("addr", addr) };

@@ -260,7 +260,7 @@ impl Scan<'_> {
             op::BINGET | op::LONG_BINGET => self.word_ref()?,
             _ => self.str()?.1?,
         };
-        modeled_action(word)
+        word.action()
     }
 
     /// A list: one the memo holds, or a new one of memo references (with its put).
@@ -355,23 +355,6 @@ impl Scan<'_> {
             refs,
         })
     }
-}
-
-/// The action a word names, if vramkit models it.
-fn modeled_action(word: Word) -> Option<TraceAction> {
-    Some(match word {
-        Word::Alloc => TraceAction::Alloc,
-        Word::FreeRequested => TraceAction::FreeRequested,
-        Word::FreeCompleted => TraceAction::FreeCompleted,
-        Word::SegmentAlloc => TraceAction::SegmentAlloc,
-        Word::SegmentFree => TraceAction::SegmentFree,
-        Word::SegmentMap => TraceAction::SegmentMap,
-        Word::SegmentUnmap => TraceAction::SegmentUnmap,
-        Word::Snapshot => TraceAction::Snapshot,
-        Word::Oom => TraceAction::Oom,
-        Word::UserDefined => TraceAction::UserDefined,
-        _ => return None,
-    })
 }
 
 impl Unpickler<'_> {
