@@ -95,6 +95,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     if let Some(r) = runs.iter().find(|r| r.gpu_processes > 1) {
         notes.push(format!("{} processes used the GPU; each run reports the first that ran out of memory, else the one that reserved most", r.gpu_processes));
     }
+    if let Some(r) = runs.iter().find(|r| r.died_in_teardown()) {
+        let run = r.value.map_or_else(String::new, |v| format!("at {v}, "));
+        notes.push(format!("{run}{} after its code had finished (Python was exiting): the run is counted as complete", r.exit_text()));
+    }
     let report = RunReport {
         gpu: Gpu {
             key: session.preset.key.to_string(),
