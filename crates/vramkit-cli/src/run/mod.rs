@@ -13,7 +13,6 @@
 //! one [`result::RunReport`], printed by [`text`] or as JSON.
 
 mod analysis;
-mod args;
 mod batch;
 mod hook;
 mod launch;
@@ -24,8 +23,7 @@ mod result;
 mod search;
 mod text;
 
-pub use args::{RunArgs, EXAMPLES};
-
+use crate::cli::RunArgs;
 use crate::input::CliError;
 use analysis::{analyse, locate_oom, Analysis};
 use batch::BatchSpec;
