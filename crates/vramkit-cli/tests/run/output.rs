@@ -129,6 +129,13 @@ fn a_crash_after_the_program_finished_does_not_fail_the_run() {
     let v = ran.expect(0).json();
     assert_eq!(v["batch"]["largest_fit"], 14, "{v}");
     assert!(v["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("at 13, the program was killed by signal 6")), "{v}");
+    // Killed before its end, it failed.
+    let dir = scratch("abort-in-program");
+    let script = dir.join("abort.py");
+    std::fs::write(&script, "import os\nimport torch\nx = torch.empty(1 << 30, device='cuda')\nos.abort()\n").unwrap();
+    vramkit_run(&["--gpu", "t4"], &[python.as_os_str(), script.as_os_str()], &[])
+        .expect(1)
+        .says("  The program failed: the program was killed by signal 6 (SIGABRT), not from an out-of-memory error.\n");
 }
 
 #[test]
