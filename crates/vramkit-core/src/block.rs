@@ -201,12 +201,6 @@ impl Block {
         self.extras.as_mut().and_then(|e| e.context_when_segment_allocated.take())
     }
 
-    /// Where the block sorts in its pool's free set (on its stream).
-    #[inline]
-    pub fn free_key(&self) -> crate::pool::FreeKey {
-        crate::pool::FreeKey { size: self.size, counter: self.registration_counter, addr: self.addr }
-    }
-
     /// Has a neighbour in its segment.
     #[inline]
     pub fn is_split(&self) -> bool {

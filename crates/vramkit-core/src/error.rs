@@ -1,8 +1,10 @@
-//! The core's error type.
+//! The core's errors: [`Error`], what a public allocator call returns, and
+//! [`PoolError`], the private-pool refusal it wraps.
 
 use crate::config::ConfigError;
 use crate::device::{DeviceAddr, DeviceError};
 use crate::oom::OutOfMemoryError;
+use crate::snapshot::MempoolId;
 
 /// What can go wrong in a public allocator call.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -28,7 +30,7 @@ pub enum Error {
     Config(Box<ConfigError>),
     /// A private-pool call was refused.
     #[error(transparent)]
-    Pool(#[from] crate::allocator::PoolError),
+    Pool(#[from] PoolError),
     /// `set_memory_fraction` with a value outside [0, 1].
     #[error("invalid memory fraction {fraction}: the allowed range is 0.0 to 1.0 (PyTorch: \"Invalid fraction value: {fraction}. Allowed range: 0~1\")")]
     InvalidFraction {
@@ -51,4 +53,27 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// Why a private-pool call was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolError {
+    /// `begin_allocate_to_pool` for a pool already being allocated to.
+    #[error("already allocating to private pool {id:?}: call end_allocate_to_pool first")]
+    AlreadyAllocating {
+        /// The pool.
+        id: MempoolId,
+    },
+    /// `end_allocate_to_pool` or `release_pool` of a pool not in that state.
+    #[error("private pool {id:?} is not {what}")]
+    NotActive {
+        /// The pool.
+        id: MempoolId,
+        /// What it should have been.
+        what: &'static str,
+    },
+    /// `(0, 0)` names the default pool, which cannot be private.
+    #[error("(0, 0) is the default pool; private pool ids must differ from it")]
+    DefaultId,
 }

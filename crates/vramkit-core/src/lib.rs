@@ -19,11 +19,11 @@ pub mod summary;
 
 pub use addr_map::AddrMap;
 pub use allocator::{
-    set_invariant_checks, AddrHasher, AfterEmptyCache, CachingAllocator, InvariantViolation, PoolError, RestoreError, StreamFilter,
+    set_invariant_checks, AddrHasher, AfterEmptyCache, CachingAllocator, InvariantViolation, RestoreError, StreamFilter,
 };
 pub use config::{AllocatorConfig, ConfigError, PytorchRelease};
 pub use device::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
-pub use error::Error;
+pub use error::{Error, PoolError};
 pub use history::{ContextLevel, HistoryConfig};
 pub use oom::{OomDiagnosis, OutOfMemoryError};
 pub use oom_message::{format_size, ExabyteOomMessage, MessageStyle, OomMessage, Platform, ProcessMemory};

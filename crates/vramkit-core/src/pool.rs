@@ -12,7 +12,7 @@
 //! Blocks never move between streams, so the order is kept as one ordered
 //! map per stream, keyed by [`FreeKey`].
 
-use crate::block::BlockId;
+use crate::block::{Block, BlockId};
 use crate::device::StreamId;
 use crate::rounding::PoolKind;
 use crate::snapshot::MempoolId;
@@ -28,6 +28,12 @@ pub(crate) struct FreeKey {
 }
 
 impl FreeKey {
+    /// Where `block` sorts in its pool's free set (on its stream).
+    #[inline]
+    pub fn of(block: &Block) -> FreeKey {
+        FreeKey { size: block.size, counter: block.registration_counter, addr: block.addr }
+    }
+
     /// The first possible key of `size`: before every block of that size.
     #[inline]
     fn first_of(size: u64) -> FreeKey {

@@ -98,8 +98,16 @@ impl Headers {
             13 => ("nvidia-cuda-runtime==13.2.*", "cuda-13.2", "nvidia/cu13/include/"),
             other => return Err(Unavailable::Failed(format!("no CUDA headers known for CUDA {other} (give 12 or 13)"))),
         };
-        wheel(cache, spec, dest, &[under])?;
-        wheel(cache, "nvidia-cuda-crt==13.2.*", "cuda-crt-13", &["nvidia/cu13/include/crt/"])?;
+        // Extracted before: the build needs the headers, not the wheels, so
+        // no Python starts (through a version manager's shim it takes a
+        // quarter of a second, and `vramkit run` asks on every call).
+        let extracted = |dest: &str| cache.join(dest).join(".complete").is_file();
+        if !extracted(dest) {
+            wheel(cache, spec, dest, &[under])?;
+        }
+        if !extracted("cuda-crt-13") {
+            wheel(cache, "nvidia-cuda-crt==13.2.*", "cuda-crt-13", &["nvidia/cu13/include/crt/"])?;
+        }
         Ok(Headers { include: cache.join(dest).join(under), crt: cache.join("cuda-crt-13/nvidia/cu13/include") })
     }
 }

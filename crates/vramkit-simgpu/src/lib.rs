@@ -19,6 +19,7 @@ pub use pins::pinned_cudnn_version;
 pub use preset::{Preset, PRESETS};
 pub use shipped::{user_cache_dir, SHIPPED_ENV};
 pub use sources::{Source, SOURCES};
-pub use stack::{Stack, REQUIRE_ENV};
+pub use stack::Stack;
 pub use symbols::{libraries, Library, CUDA_MAJORS};
+pub use unavailable::REQUIRE_ENV;
 pub use venv::{TorchEnv, TORCH_PYTHON_DEPENDENCIES};

@@ -24,10 +24,6 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Set to `1` to turn "the simulated GPU cannot be built here" from a skip
-/// into a failure (CI sets it).
-pub const REQUIRE_ENV: &str = "VRAMKIT_REQUIRE_SIMGPU";
-
 /// The simulated CUDA stack of one CUDA major, built in a directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stack {
@@ -43,8 +39,9 @@ impl Stack {
     ///
     /// `Ok(None)` when this machine cannot (not Linux, no C compiler, no
     /// `python3 -m pip` or network for the headers), after printing why,
-    /// unless [`REQUIRE_ENV`] is `1`: then that is an error. `Err` when a
-    /// step fails for another reason (the compiler rejects a source).
+    /// unless [`REQUIRE_ENV`](crate::REQUIRE_ENV) is `1`: then that is an
+    /// error. `Err` when a step fails for another reason (the compiler
+    /// rejects a source).
     pub fn build(cuda_major: u32, dir: &Path) -> Result<Option<Stack>, String> {
         let attempt = || -> Result<Stack, Unavailable> {
             if !cfg!(target_os = "linux") {

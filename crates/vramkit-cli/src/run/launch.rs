@@ -1,11 +1,11 @@
 //! A session: the checked inputs, the stack for the program's torch, and running the program on
 //! it, once or many times (`--batch`).
 
-use super::args::{RunArgs, DEFAULT_GPU};
 use super::batch::BatchSpec;
 use super::hook::Hook;
 use super::python::{interpreter, Torch};
 use super::recording::Recording;
+use crate::cli::{RunArgs, DEFAULT_GPU};
 use crate::input::{parse_size, CliError};
 use std::cell::Cell;
 use std::ffi::OsString;

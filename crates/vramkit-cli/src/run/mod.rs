@@ -13,7 +13,6 @@
 //! one [`result::RunReport`], printed by [`text`] or as JSON.
 
 mod analysis;
-mod args;
 mod batch;
 mod hook;
 mod launch;
@@ -24,8 +23,7 @@ mod result;
 mod search;
 mod text;
 
-pub use args::{RunArgs, EXAMPLES};
-
+use crate::cli::RunArgs;
 use crate::input::CliError;
 use analysis::{analyse, locate_oom, Analysis};
 use batch::BatchSpec;
@@ -94,6 +92,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let mut notes = session.notes.clone();
     if let Some(r) = runs.iter().find(|r| r.gpu_processes > 1) {
         notes.push(format!("{} processes used the GPU; each run reports the first that ran out of memory, else the one that reserved most", r.gpu_processes));
+    }
+    if let Some(r) = runs.iter().find(|r| r.died_in_teardown()) {
+        let run = r.value.map_or_else(String::new, |v| format!("at {v}, "));
+        notes.push(format!("{run}{} after its code had finished (Python was exiting): the run is counted as complete", r.exit_text()));
     }
     let report = RunReport {
         gpu: Gpu {

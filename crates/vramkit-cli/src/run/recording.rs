@@ -20,6 +20,9 @@ pub struct Status {
     pub snapshot: Option<PathBuf>,
     /// The hook could not start recording.
     pub hook_error: Option<String>,
+    /// Python ran its exit handlers: the program's own code had finished.
+    #[serde(default)]
+    pub exiting: bool,
 }
 
 /// The first out-of-memory error of a process.
@@ -92,13 +95,31 @@ impl Recording {
         if let Some(e) = &status.hook_error {
             return Outcome::Failed(format!("vramkit's start-up hook could not record torch {}'s memory: {e}", status.torch.as_deref().unwrap_or("?")));
         }
-        if !self.exit.success() {
+        if !self.exit.success() && !self.died_in_teardown() {
             return Outcome::Failed(format!("{}, not from an out-of-memory error", ended(&self.exit)));
         }
         if !status.cuda_used {
             return Outcome::Failed("the program finished without using the GPU (torch.cuda was never initialised): does it pick the device?".into());
         }
         Outcome::Fits
+    }
+
+    /// Killed by a signal after the program's code had finished and Python had begun to exit
+    /// (torch 2.15's teardown on the simulated stack sometimes aborts with "terminate called
+    /// without an active exception" under load): the run itself is complete.
+    pub fn died_in_teardown(&self) -> bool {
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            self.exit.signal().is_some() && self.status.as_ref().is_some_and(|s| s.exiting && s.oom.is_none())
+        }
+        #[cfg(not(unix))]
+        false
+    }
+
+    /// How the program ended, in words.
+    pub fn exit_text(&self) -> String {
+        ended(&self.exit)
     }
 
     pub fn peak_reserved_bytes(&self) -> u64 {

@@ -93,6 +93,9 @@ def _record(torch):
     error.__init__ = keep_message
 
     def at_exit():
+        # The program's own code has finished: a crash after this is in the interpreter's or a
+        # library's teardown, not in the program.
+        _status["exiting"] = True
         _peaks(torch)
         if _status["oom"] is None and _status["cuda_used"]:
             dump()

@@ -116,6 +116,29 @@ fn a_program_that_fails_otherwise_is_not_called_out_of_memory() {
 }
 
 #[test]
+fn a_crash_after_the_program_finished_does_not_fail_the_run() {
+    let Some(python) = newest() else { return };
+    let script = program("grow.py");
+    let teardown = "after its code had finished (Python was exiting): the run is counted as complete\n";
+    vramkit_run(&["--gpu", "t4"], &grow(&python, &script, &["--abort-at-exit"]), &[])
+        .expect(0)
+        .says("  note: the program was killed by signal 6 (SIGABRT) ")
+        .says(teardown)
+        .says("  It fits: peak reserved 1024.00 MiB");
+    let ran = vramkit_run(&["--json", "--gpu", "t4", "--batch", "GIB=13..15"], &grow(&python, &script, &["--abort-at-exit"]), &[]);
+    let v = ran.expect(0).json();
+    assert_eq!(v["batch"]["largest_fit"], 14, "{v}");
+    assert!(v["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("at 13, the program was killed by signal 6")), "{v}");
+    // Killed before its end, it failed.
+    let dir = scratch("abort-in-program");
+    let script = dir.join("abort.py");
+    std::fs::write(&script, "import os\nimport torch\nx = torch.empty(1 << 30, device='cuda')\nos.abort()\n").unwrap();
+    vramkit_run(&["--gpu", "t4"], &[python.as_os_str(), script.as_os_str()], &[])
+        .expect(1)
+        .says("  The program failed: the program was killed by signal 6 (SIGABRT), not from an out-of-memory error.\n");
+}
+
+#[test]
 fn the_users_own_sitecustomize_still_runs() {
     let Some(python) = newest() else { return };
     let dir = scratch("sitecustomize");

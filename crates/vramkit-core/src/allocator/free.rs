@@ -196,7 +196,7 @@ impl<D: Device> CachingAllocator<D> {
         if s.is_active() || s.mapped != dst_mapped {
             return 0;
         }
-        let (s_addr, s_size, s_prev, s_next, s_key) = (s.addr, s.size, s.prev, s.next, s.free_key());
+        let (s_addr, s_size, s_prev, s_next, s_key) = (s.addr, s.size, s.prev, s.next, FreeKey::of(s));
         let s_context = s.take_context_when_segment_allocated();
         if !dst_mapped {
             self.pools[s.pool.0 as usize].unmapped.remove(&(s.stream, s.addr));

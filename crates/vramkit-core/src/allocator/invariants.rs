@@ -5,6 +5,7 @@
 
 use super::CachingAllocator;
 use crate::device::Device;
+use crate::pool::FreeKey;
 use crate::rounding::PoolKind;
 use crate::stats::StatArray;
 use std::collections::HashSet;
@@ -63,9 +64,9 @@ impl<D: Device> CachingAllocator<D> {
             let (b, n) = (&self.blocks[p.block], &self.blocks[p.next]);
             let pool = &self.pools[p.pool.0 as usize].blocks;
             let pair = b.next == Some(p.next) && n.prev == Some(p.block) && (b.pool, b.stream) == (p.pool, p.stream);
-            let freed = !b.is_active() && b.extras.is_none() && !pool.contains(b.stream, b.free_key(), p.block);
+            let freed = !b.is_active() && b.extras.is_none() && !pool.contains(b.stream, FreeKey::of(b), p.block);
             let alone = b.prev.is_none_or(|q| self.blocks[q].is_active()) && self.allocated.get(b.addr).is_none();
-            let neighbour = !n.is_active() && n.mapped && n.extras.is_none() && pool.contains(n.stream, n.free_key(), p.next);
+            let neighbour = !n.is_active() && n.mapped && n.extras.is_none() && pool.contains(n.stream, FreeKey::of(n), p.next);
             if !(pair && freed && alone && neighbour && self.history.is_none()) {
                 return violation("a parked free is a freed block and its free upper neighbour", format!("{p:?}"));
             }
@@ -144,7 +145,7 @@ impl<D: Device> CachingAllocator<D> {
                 } else {
                     mapped_bytes += b.size;
                     mapped_end = b.addr + b.size;
-                    let in_pool = self.pools[pool.0 as usize].blocks.contains(b.stream, b.free_key(), id);
+                    let in_pool = self.pools[pool.0 as usize].blocks.contains(b.stream, FreeKey::of(b), id);
                     if free != in_pool {
                         return violation("a block is in its pool iff it is free", format!("block at {:#x} free={free} in_pool={in_pool}", b.addr));
                     }

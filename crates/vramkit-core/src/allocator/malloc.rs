@@ -265,7 +265,7 @@ impl<D: Device> CachingAllocator<D> {
         let b = &self.blocks[id];
         let (addr, block_size, prev, expandable, counter) = (b.addr, b.size, b.prev, b.expandable, b.registration_counter);
         let already_split = b.is_split();
-        let found_key = b.free_key();
+        let found_key = FreeKey::of(b);
         let remaining = block_size - size;
         let split = self.should_split(params.pool, size, remaining);
         // inactive_split is not kept for expandable blocks.
@@ -354,8 +354,8 @@ impl<D: Device> CachingAllocator<D> {
         let pool = &mut self.pools[b.pool.0 as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
         let put = match replacing {
-            Some((old, hint)) => pool.blocks.rekey(b.stream, old, hint, b.free_key(), id),
-            None => pool.blocks.insert(b.stream, b.free_key(), id),
+            Some((old, hint)) => pool.blocks.rekey(b.stream, old, hint, FreeKey::of(b), id),
+            None => pool.blocks.insert(b.stream, FreeKey::of(b), id),
         };
         debug_assert!(put, "block {id:?} was already in its pool, or what it replaces was not");
     }
@@ -364,7 +364,7 @@ impl<D: Device> CachingAllocator<D> {
     #[inline]
     pub(crate) fn remove_from_pool(&mut self, id: BlockId) {
         let b = &self.blocks[id];
-        let removed = self.pools[b.pool.0 as usize].blocks.remove(b.stream, b.free_key(), NOWHERE);
+        let removed = self.pools[b.pool.0 as usize].blocks.remove(b.stream, FreeKey::of(b), NOWHERE);
         debug_assert!(removed, "block {id:?} was not in its pool");
     }
 

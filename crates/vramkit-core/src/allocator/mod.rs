@@ -19,7 +19,7 @@ mod snapshot;
 mod what_if;
 
 pub use invariants::InvariantViolation;
-pub use private_pool::{PoolError, StreamFilter};
+pub use private_pool::StreamFilter;
 pub use restore::RestoreError;
 pub use what_if::AfterEmptyCache;
 

@@ -29,7 +29,7 @@ use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
 use crate::block::{BlockId, PoolIdx};
 use crate::config::SizeTies;
 use crate::device::{Device, StreamId};
-use crate::pool::FreeEntry;
+use crate::pool::{FreeEntry, FreeKey};
 
 /// A freed block whose merge with the free block after it is put off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,10 +156,10 @@ impl<D: Device> CachingAllocator<D> {
         // when best fit split it, if the free set is as that split left it;
         // else below the neighbour's entry the one before it must be
         // smaller than `size`, and above it the one after it sort after the merge.
-        let merged = crate::pool::FreeKey { size: b.size + n.size, counter: b.registration_counter, addr: b.addr };
+        let merged = FreeKey { size: b.size + n.size, counter: b.registration_counter, addr: b.addr };
         let set = &self.pools[p.pool.0 as usize].blocks;
         let first = self.split_memo == Some(SplitMemo { block: p.block, rest: p.next, generation: set.generation()}) || {
-            let (before, after) = set.around(p.stream, n.free_key())?;
+            let (before, after) = set.around(p.stream, FreeKey::of(n))?;
             before.is_none_or(|k| k.size < size) && after.is_none_or(|k| k > merged)
         };
         // ... and the oversize rules let it be used, and 3.3 splits it with

@@ -9,6 +9,7 @@
 use super::CachingAllocator;
 use crate::block::PoolIdx;
 use crate::device::{Device, StreamId};
+use crate::error::PoolError;
 use crate::pool::BlockPool;
 use crate::rounding::PoolKind;
 use crate::snapshot::MempoolId;
@@ -38,29 +39,6 @@ pub(crate) struct PrivatePool {
     pub large: PoolIdx,
     /// Users: graphs or MemPool objects holding it. Freeable at 0.
     pub use_count: u32,
-}
-
-/// Why a private-pool call was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum PoolError {
-    /// `begin_allocate_to_pool` for a pool already being allocated to.
-    #[error("already allocating to private pool {id:?}: call end_allocate_to_pool first")]
-    AlreadyAllocating {
-        /// The pool.
-        id: MempoolId,
-    },
-    /// `end_allocate_to_pool` or `release_pool` of a pool not in that state.
-    #[error("private pool {id:?} is not {what}")]
-    NotActive {
-        /// The pool.
-        id: MempoolId,
-        /// What it should have been.
-        what: &'static str,
-    },
-    /// `(0, 0)` names the default pool, which cannot be private.
-    #[error("(0, 0) is the default pool; private pool ids must differ from it")]
-    DefaultId,
 }
 
 impl<D: Device> CachingAllocator<D> {
