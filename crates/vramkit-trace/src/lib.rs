@@ -11,7 +11,7 @@
 //! (`json.rs`) then builds one *document*: an arena of nodes (`tree.rs`) in
 //! which a pickle memo reference is a copied index, so an object PyTorch
 //! shares 100k times is parsed once and stays one object. Trace entries,
-//! millions of dicts of one shape, skip the arena: `pickle/entry.rs` reads
+//! millions of dicts of one shape, skip the arena: `pickle/read/entry.rs` reads
 //! each whose bytes have the usual form straight into a row of columns
 //! (others take the generic path). Finally `decode/` walks the document
 //! once against the snapshot schema (one file per part: segments, traces,

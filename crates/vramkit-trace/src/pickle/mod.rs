@@ -2,7 +2,6 @@
 //! ([`read`](mod@read)) and a writer that emits only what the pytorch.org/memory_viz
 //! viewer accepts ([`write`](mod@write)).
 
-mod entry;
 pub(crate) mod input;
 pub mod read;
 pub mod value;

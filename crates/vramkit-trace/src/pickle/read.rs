@@ -8,6 +8,8 @@
 //! anything is allocated for it, and the stack never underflows below the
 //! innermost MARK (as in CPython), so no input can make it panic or blow up.
 
+mod entry;
+
 use super::input::Input;
 use super::op;
 use super::value::Value;
@@ -97,7 +99,7 @@ pub(super) struct Unpickler<'a> {
     /// Scratch space for a trace entry's new objects, their items and memo
     /// puts (`entry.rs`).
     pub(super) fresh_items: Vec<Item>,
-    pub(super) fresh: Vec<super::entry::Fresh>,
+    fresh: Vec<entry::Fresh>,
     pub(super) puts: Vec<usize>,
 }
 

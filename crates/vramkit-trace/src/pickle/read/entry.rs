@@ -17,8 +17,8 @@
 //! included: the scan changes nothing until it has seen the whole dict, so
 //! falling back is just not moving on.
 
-use super::op;
-use super::read::Unpickler;
+use super::Unpickler;
+use crate::pickle::op;
 use crate::entries::Entry;
 use crate::tree::{Item, Node, Tree};
 use crate::words::Word;
