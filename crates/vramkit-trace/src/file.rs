@@ -1,7 +1,7 @@
 //! [`SnapshotFile`]: a snapshot as read from (or written to) a file.
 
 use crate::legacy::LegacyHistory;
-use crate::pickle::value::Value;
+use crate::value::Value;
 use crate::settings::AllocatorSettings;
 use std::collections::BTreeSet;
 use vramkit_core::snapshot::Snapshot;

@@ -3,7 +3,7 @@
 //! wherever a tuple is expected, so they read back as tuples.
 
 use crate::error::TraceError;
-use crate::pickle::value::Value;
+use crate::value::Value;
 use crate::tree::{Item, Tree, MAX_DEPTH};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Error as _, SerializeMap, SerializeSeq};

@@ -39,7 +39,7 @@
 //! ```text
 //! read.rs  -> decode/ -> file.rs, trace_file.rs, entries.rs, settings.rs, legacy.rs <- encode/ <- write.rs
 //!               |                                                                          |
-//!               +-> tree.rs, words.rs                                   pickle::value <--+
+//!               +-> words.rs, tree.rs -> value.rs <----------------------------------------+
 //! ```
 
 mod decode;
@@ -56,6 +56,7 @@ mod settings;
 mod stream;
 mod trace_file;
 mod tree;
+mod value;
 mod words;
 mod write;
 
@@ -65,7 +66,7 @@ pub use error::TraceError;
 pub use file::{KeySets, ReleaseRange, SkippedEntry, SnapshotFile, SnapshotFormat};
 pub use json::write_value as write_json_value;
 pub use legacy::{HistoryEntry, LegacyHistory};
-pub use pickle::value::Value;
+pub use value::Value;
 pub use read::{read_snapshot, read_snapshot_bytes, read_trace_file, read_trace_file_bytes, sniff, Encoding};
 pub use settings::AllocatorSettings;
 pub use stream::PickleStream;

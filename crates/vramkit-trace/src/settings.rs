@@ -2,7 +2,7 @@
 //! and what it means as a core [`AllocatorConfig`]. Reading and writing the
 //! dict are the walkers' (`decode/settings.rs`, `encode/settings.rs`).
 
-use crate::pickle::value::Value;
+use crate::value::Value;
 use std::collections::BTreeMap;
 use vramkit_core::rounding::ROUNDUP_INTERVALS;
 use vramkit_core::config::{Compat, Generation};

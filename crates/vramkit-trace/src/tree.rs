@@ -15,7 +15,7 @@
 //! that stands for the entry's dict names its row.
 
 use crate::entries::Entries;
-use crate::pickle::value::Value;
+use crate::value::Value;
 use crate::words::Word;
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! per-file caches (schema words, decoded stacks) and the keys seen per level.
 
 use super::schema_err::SchemaErr;
-use crate::pickle::value::Value;
+use crate::value::Value;
 use crate::tree::{FxHashMap, Item, Kind, NodeId, Tree, MAX_DEPTH};
 use crate::words::Word;
 use std::collections::BTreeSet;

@@ -1,7 +1,7 @@
 //! [`Encoder`]: the per-write caches that keep shared values shared, and
 //! how numbers and optional keys are written.
 
-use crate::pickle::value::Value;
+use crate::value::Value;
 use std::collections::{BTreeSet, HashMap};
 use vramkit_core::snapshot::{Frame, Frames};
 

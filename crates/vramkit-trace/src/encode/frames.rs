@@ -2,7 +2,7 @@
 //! equal frames one dict, so the pickle writer emits each once.
 
 use super::encoder::Encoder;
-use crate::pickle::value::Value;
+use crate::value::Value;
 use std::sync::Arc;
 use vramkit_core::snapshot::{Frame, Frames};
 

@@ -1,7 +1,7 @@
 //! The 2.0-era block `history` lists.
 
 use super::encoder::{int, Encoder};
-use crate::pickle::value::Value;
+use crate::value::Value;
 use vramkit_core::snapshot::Frames;
 
 impl Encoder {

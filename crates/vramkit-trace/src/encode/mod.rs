@@ -23,7 +23,7 @@ mod top;
 mod trace;
 
 use crate::file::SnapshotFile;
-use crate::pickle::value::Value;
+use crate::value::Value;
 pub(crate) use encoder::Encoder;
 
 /// The whole file as one value.

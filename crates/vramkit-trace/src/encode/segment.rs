@@ -2,7 +2,7 @@
 
 use super::encoder::{int, int64, want, Encoder};
 use crate::file::SnapshotFile;
-use crate::pickle::value::Value;
+use crate::value::Value;
 use std::sync::Arc;
 use vramkit_core::snapshot::{BlockInfo, SegmentInfo};
 

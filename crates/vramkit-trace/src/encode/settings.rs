@@ -2,7 +2,7 @@
 //! unknown ones as they were.
 
 use super::encoder::{int, Encoder};
-use crate::pickle::value::Value;
+use crate::value::Value;
 use crate::settings::AllocatorSettings;
 
 impl Encoder {

@@ -3,7 +3,7 @@
 
 use super::encoder::{want, Encoder};
 use crate::file::{SnapshotFile, SnapshotFormat};
-use crate::pickle::value::Value;
+use crate::value::Value;
 
 impl Encoder {
     pub(super) fn file(&mut self, file: &SnapshotFile) -> Value {

@@ -2,7 +2,7 @@
 
 use super::encoder::{int, int64, Encoder};
 use crate::file::SnapshotFile;
-use crate::pickle::value::Value;
+use crate::value::Value;
 use vramkit_core::snapshot::{TraceAction, TraceEntry};
 
 impl Encoder {

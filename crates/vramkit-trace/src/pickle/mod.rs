@@ -4,7 +4,11 @@
 
 pub(crate) mod input;
 pub mod read;
-pub mod value;
+/// The owned value a pickle reads into and is written from (defined at the
+/// crate's root, beside the document that freezes into it).
+pub mod value {
+    pub use crate::value::Value;
+}
 pub mod write;
 
 /// Opcode bytes (CPython `Lib/pickle.py`).

@@ -12,7 +12,7 @@ mod entry;
 
 use super::input::Input;
 use super::op;
-use super::value::Value;
+use crate::value::Value;
 use crate::error::TraceError;
 use crate::tree::{FxHashMap, Item, Node, Store, Tree};
 use std::ops::Range;

@@ -7,7 +7,7 @@
 //! referred to with `BINGET` after that, as CPython does.
 
 use super::op;
-use super::value::Value;
+use crate::value::Value;
 use crate::error::TraceError;
 use std::collections::HashMap;
 use std::io::Write;
