@@ -65,18 +65,18 @@ mod tests {
     #[test]
     fn the_programs_own_frame_is_found_else_the_main_threads() {
         let forward = [
-            frame("/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125, "forward"),
-            frame("/work/model.py", 42, "forward"),
-            frame("/work/train.py", 7, "<module>"),
+            frame("venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125, "forward"),
+            frame("project/model.py", 42, "forward"),
+            frame("project/train.py", 7, "<module>"),
         ];
         let at = locate(&forward, &[]).unwrap();
-        assert_eq!((at.file.as_str(), at.line, at.function.as_str(), &at.inside), ("/work/model.py", 42, "forward", &None));
-        assert_eq!(at.to_string(), "/work/model.py:42 in forward");
+        assert_eq!((at.file.as_str(), at.line, at.function.as_str(), &at.inside), ("project/model.py", 42, "forward", &None));
+        assert_eq!(at.to_string(), "project/model.py:42 in forward");
         let autograd = [
             frame("??", 0, "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc"),
             frame("??", 0, "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor>&&)"),
         ];
-        let main = [frame("/venv/lib/python3.11/site-packages/torch/autograd/__init__.py", 353, "backward"), frame("/work/train.py", 30, "step")];
+        let main = [frame("venv/lib/python3.11/site-packages/torch/autograd/__init__.py", 353, "backward"), frame("project/train.py", 30, "step")];
         let at = locate(&autograd, &main).unwrap();
         assert_eq!((at.line, at.inside.as_deref()), (30, Some("MmBackward0 (autograd)")));
         assert!(locate(&autograd, &[]).is_none());
