@@ -344,7 +344,10 @@ impl<'a> Driver<'a> {
         // Past the rest of the synchronisation's `free_completed` run.
         let rest = &self.events[i + 2..];
         let run = rest.iter().take_while(|e| e.action == TraceAction::FreeCompleted).count();
-        request_after(&rest[run..]).is_some_and(|r| model.fits_in_cache_after_free(p, r.size, StreamId(r.stream)))
+        let Some(r) = request_after(&rest[run..]) else { return false };
+        // The request's own pool: a capture may route it to a private one.
+        let j = i + 2 + run + rest[run..].iter().take_while(|e| !std::ptr::eq(*e, r)).count();
+        model.fits_in_cache_after_free_in(p, r.size, StreamId(r.stream), self.routing.pool(j))
     }
 
     /// After the last entry: free what completed but waits for a `malloc`,
