@@ -100,7 +100,15 @@ pub(crate) struct Driver<'a> {
     next_hold: u64,
     /// The private pool of each allocation and pool-segment release.
     routing: PoolRouting,
+    /// The first run of releases (in a trace with private pools) that the
+    /// model would not have released as an `empty_cache()`: where it
+    /// starts, what PyTorch released and what the model would have.
+    release_mismatch: Option<ReleaseMismatch>,
 }
+
+/// A run of releases PyTorch made that the model's `empty_cache()` would
+/// not have made: (where the run starts, PyTorch's releases, the model's).
+pub(crate) type ReleaseMismatch = (usize, Vec<(TraceAction, u64, u64)>, Vec<(TraceAction, u64, u64)>);
 
 impl<'a> Driver<'a> {
     /// Routes these segments to pools the snapshot does not name (a judging
@@ -113,6 +121,20 @@ impl<'a> Driver<'a> {
     /// Where each allocation went (see `pools`).
     pub fn routing(&self) -> &PoolRouting {
         &self.routing
+    }
+
+    /// The first run of releases the model would not have released as an
+    /// `empty_cache()`, in a trace with private pools (a judging driver).
+    pub fn release_mismatch(&self) -> Option<&ReleaseMismatch> {
+        self.release_mismatch.as_ref()
+    }
+
+    /// Routes segment `k`, whose pool the snapshot does not name and which
+    /// no entry has used yet, to a private pool of its own (a judging
+    /// driver; see `pools`).
+    pub fn route_to_own_pool(&mut self, k: usize) {
+        self.routing.route_to_own_pool(k);
+        self.reading.to_mut().pools.insert(k, PoolRouting::own_pool(k));
     }
 
     /// Before the first entry: routes each allocation to its private pool
@@ -164,6 +186,7 @@ impl<'a> Driver<'a> {
             overdue: Vec::new(),
             next_hold: 0,
             routing: PoolRouting::default(),
+            release_mismatch: None,
         }
     }
 
@@ -181,6 +204,7 @@ impl<'a> Driver<'a> {
             overdue: Vec::new(),
             next_hold: 0,
             routing: PoolRouting::default(),
+            release_mismatch: None,
         })
     }
 
@@ -279,6 +303,14 @@ impl<'a> Driver<'a> {
                 let call = if self.following {
                     self.reading.calls.binary_search(&i).is_ok()
                 } else {
+                    let run_start = i == 0 || !matches!(self.events[i - 1].action, TraceAction::SegmentFree | TraceAction::SegmentUnmap);
+                    if run_start && self.release_mismatch.is_none() && self.routing.uses_pools() {
+                        let recorded = releases(self.events[i..].iter());
+                        let model_released = model.after_empty_cache().released().to_vec();
+                        if recorded != model_released {
+                            self.release_mismatch = Some((i, recorded, model_released));
+                        }
+                    }
                     let call = replay_as_empty_cache(&self.runs, self.events, i, model, !self.holds.is_empty());
                     // A retry ladder's last stage is replayed as a release
                     // here, where the model is PyTorch; under other settings

@@ -14,11 +14,20 @@
 //! A pool's segments are freed only once every user released it; a release
 //! that frees one says the pool had become freeable by then.
 //!
-//! Where the neighbours read wrong (a pool's first requests on a fresh
-//! stream look like the default pools'), a replay shows it: the model then
-//! serves a default request from such a segment where PyTorch did not.
-//! `verify` then routes that segment to a pool of its own ([`Overrides`])
-//! and replays again.
+//! Where the neighbours do not tell (a pool whose every segment was freed
+//! inside the window names none), the segment is read as the default
+//! pools' until `verify`'s replay, where the model is PyTorch, shows
+//! otherwise; it is then routed to a private pool of its own
+//! ([`PoolRouting::own_pool`]), or back ([`Overrides`]):
+//!
+//! - a segment PyTorch made while the default pools cached a block that
+//!   fits was made for a private pool (routed at once, in the same replay);
+//! - a segment the model would release in an `empty_cache()` that PyTorch
+//!   did not release there was a private pool's, not yet freeable; a
+//!   release order the model cannot match says the other way round;
+//! - a request the model serves from a segment read as the default pools'
+//!   where PyTorch did not: that segment (or PyTorch's) was a private
+//!   pool's.
 
 use crate::trace::DeviceTrace;
 use std::collections::BTreeMap;
@@ -27,8 +36,10 @@ use vramkit_core::{SegmentInfo, TraceAction};
 
 const DEFAULT: MempoolId = (0, 0);
 
-/// Segments (by their index among the segments a trace shows) routed to a
-/// private pool the snapshot does not name, by replays that showed it.
+/// Segments (by their index among the segments a trace shows) whose pool
+/// the snapshot does not name, routed by replays that showed it: to a
+/// private pool of their own ([`PoolRouting::own_pool`]), or to the default
+/// pools (`(0, 0)`).
 pub(crate) type Overrides = BTreeMap<usize, MempoolId>;
 
 /// Per trace entry: the private pool of an `alloc`, or of the segment a
@@ -36,22 +47,38 @@ pub(crate) type Overrides = BTreeMap<usize, MempoolId>;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct PoolRouting {
     pools: Vec<Option<MempoolId>>,
+    /// Per entry: the segment (index into `spans`) an `alloc` was placed
+    /// in or a `segment_free` released.
+    segment: Vec<Option<usize>>,
     /// Every segment seen.
     spans: Vec<Span>,
 }
 
 /// One segment's life: where it lies, the entries that made and freed it
-/// (inside the window), whether the snapshot names its pool.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// (inside the window), whether the snapshot names its pool, the entries
+/// that placed an allocation in it or freed it.
+#[derive(Clone, Debug, PartialEq)]
 struct Span {
     addr: u64,
     size: u64,
     made: Option<usize>,
     freed: Option<usize>,
     named: bool,
+    entries: Vec<usize>,
 }
 
 impl PoolRouting {
+    /// Whether the trace shows private pools.
+    pub fn uses_pools(&self) -> bool {
+        !self.spans.is_empty()
+    }
+
+    /// The segment whose pool the snapshot does not name that lies at
+    /// `addr` and is released at entry `i` or later, alive at `i`.
+    pub fn unnamed_segment_released_at_or_after(&self, i: usize, addr: u64) -> Option<usize> {
+        self.spans.iter().position(|s| !s.named && s.addr == addr && s.made.is_none_or(|m| m <= i) && s.freed.is_some_and(|f| i <= f))
+    }
+
     /// The private pool entry `i` went to, if any.
     pub fn pool(&self, i: usize) -> Option<MempoolId> {
         self.pools.get(i).copied().flatten()
@@ -65,10 +92,40 @@ impl PoolRouting {
         })
     }
 
-    /// A pool no snapshot names, for segment `k` made on `stream`: one per
-    /// stream, as a capture routes the requests of one stream.
-    pub fn unnamed_pool(stream: u64) -> MempoolId {
-        (u64::MAX, stream)
+    /// The segment whose pool the snapshot does not name that entry `i`
+    /// (an `alloc`, a `segment_free`) placed in or released, if any.
+    pub fn unnamed_segment_of(&self, i: usize) -> Option<usize> {
+        self.segment.get(i).copied().flatten().filter(|&k| !self.spans[k].named)
+    }
+
+    /// The segment whose pool the snapshot does not name that the `alloc`
+    /// at entry `i` made (the first placed in a segment made in the
+    /// window), if any.
+    pub fn made_by(&self, i: usize) -> Option<usize> {
+        self.unnamed_segment_of(i).filter(|&k| self.spans[k].made.is_some() && self.spans[k].entries.first() == Some(&i))
+    }
+
+    /// Whether segment `k` is routed to a private pool.
+    pub fn is_private(&self, k: usize) -> bool {
+        self.spans[k].entries.first().is_some_and(|&i| self.pool(i).is_some())
+    }
+
+    /// Routes segment `k` (and every entry placed in it) to a private pool
+    /// of its own.
+    pub fn route_to_own_pool(&mut self, k: usize) {
+        for &i in &self.spans[k].entries {
+            self.pools[i] = Some(Self::own_pool(k));
+        }
+    }
+
+    /// A pool no snapshot names, for segment `k` alone. Allocations placed
+    /// in one segment of a private pool are placed the same when the pool
+    /// is split by segment (the best fit among all its blocks is the best
+    /// among its own segment's), and a pool's segments are released in
+    /// the order their releases show, so a pool the snapshot does not name
+    /// is replayed as one pool per segment.
+    pub fn own_pool(k: usize) -> MempoolId {
+        (u64::MAX, k as u64)
     }
 }
 
@@ -85,13 +142,18 @@ struct Instance {
     entries: Vec<usize>,
 }
 
+/// Whether the snapshot shows a private pool: a segment at either end of
+/// the window names one.
+pub(crate) fn uses_pools(trace: &DeviceTrace, start: &[SegmentInfo]) -> bool {
+    start.iter().chain(&trace.end_segments).any(|s| s.segment_pool_id != DEFAULT)
+}
+
 /// Routes every entry of `trace`, whose window starts in `start` (the
 /// rebuilt start state's segments).
 pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Overrides) -> PoolRouting {
     let n = trace.events.len();
-    let uses_pools = start.iter().chain(&trace.end_segments).any(|s| s.segment_pool_id != DEFAULT);
-    if !uses_pools {
-        return PoolRouting { pools: vec![None; n], spans: Vec::new() };
+    if !uses_pools(trace, start) {
+        return PoolRouting { pools: vec![None; n], segment: vec![None; n], spans: Vec::new() };
     }
     // Live segments by address, and every segment seen.
     let mut live: BTreeMap<u64, usize> = BTreeMap::new();
@@ -133,7 +195,7 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
     }
     let spans = instances
         .iter()
-        .map(|s| Span { addr: s.addr, size: s.size, made: s.made, freed: s.freed, named: s.pool.is_some() })
+        .map(|s| Span { addr: s.addr, size: s.size, made: s.made, freed: s.freed, named: s.pool.is_some(), entries: s.entries.clone() })
         .collect();
     // Named pools first; then an unnamed segment takes the pool a replay
     // showed it in, else the pool its allocations' stream neighbours in
@@ -162,5 +224,5 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
             pools[i] = Some(pool.unwrap_or(DEFAULT));
         }
     }
-    PoolRouting { pools: pools.into_iter().map(|p| p.filter(|&p| p != DEFAULT)).collect(), spans }
+    PoolRouting { pools: pools.into_iter().map(|p| p.filter(|&p| p != DEFAULT)).collect(), segment: label, spans }
 }

@@ -7,14 +7,15 @@
 //! state (every block's address, size and state).
 
 use crate::drive::{Driver, Reading, Step};
-use crate::pools::Overrides;
+use crate::pools::{Overrides, PoolRouting};
 use crate::releases::classify_with_capacity;
 use crate::trace::DeviceTrace;
 use crate::window::{rebuild_start, StartState};
 use crate::ReplayError;
 use vramkit_core::{
-    AllocatorConfig, BlockState, CachingAllocator, HistoryConfig, SegmentInfo, TraceAction, TraceEntry,
+    AllocatorConfig, BlockState, CachingAllocator, HistoryConfig, SegmentInfo, StreamId, TraceAction, TraceEntry,
 };
+use vramkit_core::snapshot::MempoolId;
 use vramkit_sim::SimDevice;
 
 /// Where the model first did something PyTorch did not.
@@ -127,14 +128,14 @@ enum Compare {
 }
 
 /// Replays a trace with private pools again at most this many times, each
-/// time routing one more segment to a pool the snapshot does not name.
-const POOL_PASSES: usize = 32;
+/// time routing one more segment whose pool the snapshot does not name.
+const POOL_PASSES: usize = 64;
 
 /// The replay under the recorded settings: the verify report, and the
-/// reading it judged. Where the model served a request from a segment whose
-/// pool the snapshot does not name, and PyTorch did not, that segment was a
-/// private pool's (see `pools`): it is routed to one and the trace replayed
-/// again.
+/// reading it judged. A segment whose pool the snapshot does not name
+/// (made and freed inside the window) is read as the default pools' until
+/// a replay shows otherwise (see `pools`): then it is routed to a pool of
+/// its own, or back, and the trace replayed again.
 fn recorded_pass(
     trace: &DeviceTrace,
     config: &AllocatorConfig,
@@ -143,20 +144,34 @@ fn recorded_pass(
 ) -> Result<(VerifyReport, Reading), ReplayError> {
     let mut overrides = Overrides::new();
     for _ in 0..POOL_PASSES {
-        let (report, reading, misplaced) = one_pass(trace, config, capacity_bytes, compare, &overrides)?;
-        match misplaced {
-            Some((segment, stream)) if !overrides.contains_key(&segment) => {
-                overrides.insert(segment, crate::pools::PoolRouting::unnamed_pool(stream));
+        let (report, reading, repair) = one_pass(trace, config, capacity_bytes, compare, &overrides)?;
+        let mut repaired = false;
+        for (segment, pool) in repair {
+            if !overrides.contains_key(&segment) {
+                overrides.insert(segment, pool);
+                repaired = true;
             }
-            _ => return Ok((report, reading)),
+        }
+        if !repaired {
+            return Ok((report, reading));
         }
     }
     one_pass(trace, config, capacity_bytes, compare, &overrides).map(|(report, reading, _)| (report, reading))
 }
 
+/// A segment whose pool the snapshot does not name, routed the other way
+/// (to the default pools, or to a private pool of its own) by what a
+/// replay showed at a trace entry.
+#[derive(Clone, Copy, Debug)]
+struct Repair {
+    at: usize,
+    segment: usize,
+    pool: MempoolId,
+}
+
 /// One replay under the recorded settings, with `overrides`; also the
-/// segment whose pool the snapshot does not name that the model served the
-/// first misplaced request from, with that request's stream.
+/// first segment whose pool the snapshot does not name that the replay
+/// showed routed wrong, with the pool it goes to.
 #[allow(clippy::type_complexity)]
 fn one_pass(
     trace: &DeviceTrace,
@@ -164,7 +179,7 @@ fn one_pass(
     capacity_bytes: Option<u64>,
     compare: Compare,
     overrides: &Overrides,
-) -> Result<(VerifyReport, Reading, Option<(usize, u64)>), ReplayError> {
+) -> Result<(VerifyReport, Reading, Vec<(usize, MempoolId)>), ReplayError> {
     let start = rebuild_start(trace, config)?;
     let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
     let (runs, inferred) = classify_with_capacity(&trace.events, start_reserved, config, capacity_bytes);
@@ -178,7 +193,9 @@ fn one_pass(
         .with_total_bytes(capacity_bytes.unwrap_or(u64::MAX))
         .with_recorded_addresses();
     let mut model = start_model(&start, config, device)?;
-    if compare == Compare::All {
+    // Segment events are compared for verify, and judge private pools.
+    let histories = compare == Compare::All || crate::pools::uses_pools(trace, &start.segments);
+    if histories {
         model.record_history(Some(HistoryConfig { record_trace: true, max_entries: usize::MAX, context: vramkit_core::ContextLevel::Never }));
     }
 
@@ -186,9 +203,21 @@ fn one_pass(
     let mut driver = Driver::new(events, runs).with_pool_overrides(overrides.clone());
     driver.begin(&mut model, trace, &start.segments);
     let mut first_divergence = None;
-    let mut misplaced = None;
+    let mut repair: Option<Repair> = None;
     let (mut alloc_events, mut placed_same) = (0u64, 0u64);
     for (i, e) in events.iter().enumerate() {
+        // A new segment PyTorch made while the default pools held a block
+        // that fits was made for a private pool: a capture routed the
+        // request there. Such a segment is routed to a pool of its own
+        // before the request is replayed.
+        if e.action == TraceAction::Alloc && first_divergence.is_none() {
+            if let Some(k) = driver.routing().made_by(i).filter(|&k| !driver.routing().is_private(k)) {
+                model.process_events();
+                if model.fits_in_cache(e.size, StreamId(e.stream)) {
+                    driver.route_to_own_pool(k);
+                }
+            }
+        }
         let step = driver.step(&mut model, i);
         let diverged = |got: String| Divergence {
             kind: "alloc address".into(),
@@ -204,7 +233,7 @@ fn one_pass(
                     placed_same += 1;
                 } else {
                     if first_divergence.is_none() {
-                        misplaced = driver.routing().unnamed_segment_at(i, p.0).map(|k| (k, e.stream));
+                        repair = misplaced(driver.routing(), i, p.0);
                     }
                     first_divergence.get_or_insert_with(|| diverged(format!("{p}")));
                 }
@@ -220,11 +249,20 @@ fn one_pass(
         }
     }
     driver.finish(&mut model, &start.cut_frees);
+    let routing = driver.routing().clone();
+    let mut repairs: Vec<Repair> = repair.into_iter().collect();
+    if let Some(m) = driver.release_mismatch() {
+        let rs = released_otherwise(&routing, m);
+        if rs.first().is_some_and(|r| repairs.first().is_none_or(|first| r.at < first.at)) {
+            repairs = rs;
+        }
+    }
     let reading = driver.into_reading();
 
-    let (recorded, predicted): (Vec<SegmentEvent>, Vec<SegmentEvent>) = match compare {
-        Compare::All => (segment_events(events.iter()), segment_events(model.snapshot().device_traces.iter().flatten())),
-        Compare::Placements => (Vec::new(), Vec::new()),
+    let history = model.snapshot().device_traces;
+    let (recorded, predicted) = match histories {
+        true => (segment_events(events.iter()), segment_events(history.iter().flatten())),
+        false => (Vec::new(), Vec::new()),
     };
     let segment_events_identical = recorded == predicted;
     let mut segment_divergence = None;
@@ -242,6 +280,11 @@ fn one_pass(
         };
         segment_divergence = Some(d.clone());
         first_divergence.get_or_insert(d);
+        if let Some(r) = released_wrong(&routing, events, at, predicted.get(at)) {
+            if repairs.first().is_none_or(|first| r.at < first.at) {
+                repairs = vec![r];
+            }
+        }
     }
     let end_diff = compare_end_state(&trace.end_segments, &model.segments());
     if let Some((expected, got)) = &end_diff {
@@ -253,6 +296,11 @@ fn one_pass(
             context: Vec::new(),
         });
     }
+    let (recorded, predicted) = match compare {
+        Compare::All => (recorded, predicted),
+        Compare::Placements => (Vec::new(), Vec::new()),
+    };
+    let segment_events_identical = recorded == predicted;
     let report = VerifyReport {
         device: trace.device,
         alloc_events,
@@ -267,8 +315,67 @@ fn one_pass(
         first_divergence,
         segment_divergence,
     };
-    Ok((report, reading, misplaced))
+    Ok((report, reading, repairs.into_iter().map(|r| (r.segment, r.pool)).collect()))
 }
+
+/// The model placed the `alloc` at entry `i` at `got`, not where PyTorch
+/// did. If `got` lies in a segment read as the default pools' that the
+/// snapshot does not name, that segment was a private pool's; else, if
+/// PyTorch's own segment is one, it was.
+fn misplaced(routing: &PoolRouting, i: usize, got: u64) -> Option<Repair> {
+    let own = |k: usize| Repair { at: i, segment: k, pool: PoolRouting::own_pool(k) };
+    if let Some(k) = routing.unnamed_segment_at(i, got) {
+        return (!routing.is_private(k)).then(|| own(k));
+    }
+    routing.unnamed_segment_of(i).filter(|&k| !routing.is_private(k)).map(own)
+}
+
+/// The segment events first differ at position `at` (among the trace's
+/// segment events), where the model did `got`. A release of a segment
+/// whose pool the snapshot does not name, before PyTorch released it, says
+/// it was a private pool's (not yet freeable); a release PyTorch did that
+/// the model did not do there says the segment was routed the wrong way.
+fn released_wrong(routing: &PoolRouting, events: &[TraceEntry], at: usize, got: Option<&SegmentEvent>) -> Option<Repair> {
+    let t = events.iter().enumerate().filter(|(_, e)| is_segment_event(e)).nth(at).map(|(t, _)| t)?;
+    if let Some(&(TraceAction::SegmentFree, addr, _)) = got {
+        if let Some(k) = routing.unnamed_segment_at(t, addr).filter(|&k| !routing.is_private(k)) {
+            return Some(Repair { at: t, segment: k, pool: PoolRouting::own_pool(k) });
+        }
+    }
+    let k = routing.unnamed_segment_of(t).filter(|_| events[t].action == TraceAction::SegmentFree)?;
+    let pool = if routing.is_private(k) { DEFAULT_POOL } else { PoolRouting::own_pool(k) };
+    Some(Repair { at: t, segment: k, pool })
+}
+
+/// PyTorch's `empty_cache()` at `at` released `recorded`, where the model
+/// would have released `model`: the default pools' segments first (large,
+/// then small), then those of pools every user had released. A segment
+/// the model releases first that PyTorch released later or not yet was a
+/// private pool's; else a segment PyTorch released there, read as a
+/// private pool's, was the default pools'.
+fn released_otherwise(routing: &PoolRouting, (at, recorded, model): &crate::drive::ReleaseMismatch) -> Vec<Repair> {
+    let early: Vec<Repair> = model
+        .iter()
+        .filter(|r| !recorded.contains(r))
+        .filter_map(|&(_, addr, _)| routing.unnamed_segment_at(*at, addr).filter(|&k| !routing.is_private(k)))
+        .map(|k| Repair { at: *at, segment: k, pool: PoolRouting::own_pool(k) })
+        .collect();
+    if !early.is_empty() {
+        return early;
+    }
+    let p = recorded.iter().zip(model).position(|(a, b)| a != b).unwrap_or(recorded.len().min(model.len()));
+    if let Some(&(_, addr, _)) = model.get(p) {
+        if let Some(k) = routing.unnamed_segment_at(*at, addr).filter(|&k| !routing.is_private(k)) {
+            return vec![Repair { at: *at, segment: k, pool: PoolRouting::own_pool(k) }];
+        }
+    }
+    let Some(&(_, addr, _)) = recorded.get(p) else { return Vec::new() };
+    let k = routing.unnamed_segment_released_at_or_after(*at, addr).filter(|&k| routing.is_private(k));
+    k.map(|k| Repair { at: *at, segment: k, pool: DEFAULT_POOL }).into_iter().collect()
+}
+
+/// The default pools' id.
+const DEFAULT_POOL: MempoolId = (0, 0);
 
 /// An allocator in the start state, on `device` holding the start segments.
 pub(crate) fn start_model(
@@ -288,11 +395,13 @@ pub(crate) fn start_model(
 /// A segment event as compared: (action, address, bytes).
 type SegmentEvent = (TraceAction, u64, u64);
 
+fn is_segment_event(e: &TraceEntry) -> bool {
+    matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentFree | TraceAction::SegmentMap | TraceAction::SegmentUnmap)
+}
+
+/// The segment events of `entries`, in order.
 fn segment_events<'a>(entries: impl Iterator<Item = &'a TraceEntry>) -> Vec<SegmentEvent> {
-    entries
-        .filter(|e| matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentFree | TraceAction::SegmentMap | TraceAction::SegmentUnmap))
-        .map(|e| (e.action, e.addr, e.size))
-        .collect()
+    entries.filter(|e| is_segment_event(e)).map(|e| (e.action, e.addr, e.size)).collect()
 }
 
 /// The first difference between two end states, as (expected, got) descriptions.
