@@ -14,6 +14,11 @@
 //! A pool's segments are freed only once every user released it; a release
 //! that frees one says the pool had become freeable by then.
 //!
+//! Under expandable segments a segment is a reservation: pages mapped where
+//! no live reservation reaches start one (PyTorch keeps one per stream,
+//! pool and size class), pages mapped up to its extent grow it, and it is
+//! released when its last pages are unmapped.
+//!
 //! Where the neighbours do not tell (a pool whose every segment was freed
 //! inside the window names none), the segment is read as the default
 //! pools' until `verify`'s replay, where the model is PyTorch, shows
@@ -21,7 +26,8 @@
 //! ([`PoolRouting::own_pool`]), or back ([`Overrides`]):
 //!
 //! - a segment PyTorch made while the default pools cached a block that
-//!   fits was made for a private pool (routed at once, in the same replay);
+//!   fits, or held an expandable segment the request would have grown, was
+//!   made for a private pool (routed at once, in the same replay);
 //! - a segment the model would release in an `empty_cache()` that PyTorch
 //!   did not release there was a private pool's, not yet freeable; a
 //!   release order the model cannot match says the other way round;
@@ -140,6 +146,10 @@ struct Instance {
     pool: Option<MempoolId>,
     /// Entries that placed an allocation in it, or freed it.
     entries: Vec<usize>,
+    /// An expandable segment: `size` is the extent its pages reached,
+    /// `mapped` the bytes mapped now; it is released when none are left.
+    expandable: bool,
+    mapped: u64,
 }
 
 /// Whether the snapshot shows a private pool: a segment at either end of
@@ -160,14 +170,56 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
     let mut instances: Vec<Instance> = Vec::new();
     for s in start {
         live.insert(s.address, instances.len());
-        instances.push(Instance { addr: s.address, size: s.total_size, made: None, freed: None, pool: Some(s.segment_pool_id), entries: Vec::new() });
+        instances.push(Instance {
+            addr: s.address,
+            size: s.total_size,
+            made: None,
+            freed: None,
+            pool: Some(s.segment_pool_id),
+            entries: Vec::new(),
+            expandable: s.is_expandable,
+            mapped: s.total_size,
+        });
     }
     let mut label: Vec<Option<usize>> = vec![None; n];
     for (i, e) in trace.events.iter().enumerate() {
         match e.action {
             TraceAction::SegmentAlloc => {
                 live.insert(e.addr, instances.len());
-                instances.push(Instance { addr: e.addr, size: e.size, made: Some(i), freed: None, pool: None, entries: Vec::new() });
+                instances.push(Instance { addr: e.addr, size: e.size, made: Some(i), freed: None, pool: None, entries: Vec::new(), expandable: false, mapped: e.size });
+            }
+            // Pages mapped at or below the extent of a live expandable
+            // segment grow it; elsewhere they start a new one (PyTorch
+            // reserves one per stream, pool and size class).
+            TraceAction::SegmentMap => {
+                let grows = live.range(..=e.addr).next_back().map(|(_, &k)| k).filter(|&k| {
+                    let inst = &instances[k];
+                    inst.expandable && e.addr <= inst.addr + inst.size
+                });
+                match grows {
+                    Some(k) => {
+                        let inst = &mut instances[k];
+                        inst.mapped += e.size;
+                        inst.size = inst.size.max(e.addr + e.size - inst.addr);
+                    }
+                    None => {
+                        live.insert(e.addr, instances.len());
+                        instances.push(Instance { addr: e.addr, size: e.size, made: Some(i), freed: None, pool: None, entries: Vec::new(), expandable: true, mapped: e.size });
+                    }
+                }
+            }
+            TraceAction::SegmentUnmap => {
+                let k = live.range(..=e.addr).next_back().map(|(&a, &k)| (a, k)).filter(|&(a, k)| instances[k].expandable && e.addr < a + instances[k].size);
+                if let Some((a, k)) = k {
+                    let inst = &mut instances[k];
+                    inst.entries.push(i);
+                    inst.mapped = inst.mapped.saturating_sub(e.size);
+                    label[i] = Some(k);
+                    if inst.mapped == 0 {
+                        inst.freed = Some(i);
+                        live.remove(&a);
+                    }
+                }
             }
             TraceAction::SegmentFree => {
                 if let Some(k) = live.remove(&e.addr) {
@@ -188,7 +240,7 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
     }
     for s in &trace.end_segments {
         if let Some(&k) = live.get(&s.address) {
-            if instances[k].size == s.total_size {
+            if instances[k].size == s.total_size || instances[k].expandable {
                 instances[k].pool = Some(s.segment_pool_id);
             }
         }
