@@ -11,16 +11,27 @@ fn known_gap(label: &str) -> bool {
     label.starts_with("tight") && label.contains("expandable_segments:True")
 }
 
+/// The share (percent) of recordings with private pools and expandable
+/// segments that may diverge.
+const POOL_GAP_PERCENT: u64 = 3;
+
+/// Private pools with expandable segments (see `pool_gap_divergences`).
+fn known_pool_gap(label: &str) -> bool {
+    label.starts_with("pools") && label.contains("expandable_segments:True")
+}
+
 #[test]
 fn recordings_verify_exactly() {
     let mut failures = Vec::new();
     let mut report = Vec::new();
     let mut recordings = 0u64;
     let mut pytorch_errors = std::collections::BTreeSet::new();
-    // Recordings with private pools whose segments are made and freed
-    // inside the trace: the routing of their allocations is not recorded
-    // (see vramkit-replay's pools.rs). A ratchet until it is inferred.
-    let mut pool_divergences = 0;
+    // Private pools under expandable segments: torch 2.12 completes the
+    // events of a `c` in an order that varies from run to run, and one such
+    // order (1 of 48 recordings with 2 seeds, all releases; not every run)
+    // is not yet replayed. A ratchet. Private pools with classic segments
+    // are held exact.
+    let (mut pool_gap_divergences, mut pool_gap_recordings) = (0u64, 0u64);
     // Expandable segments on a tight device: the retry ladder's first
     // attempt is not yet reproduced in every case (2 of 96 such recordings
     // with 2 seeds; in the long sweep, see BENCHMARKS.md). A ratchet.
@@ -50,6 +61,7 @@ fn recordings_verify_exactly() {
                     }
                     recordings += 1;
                     gap_recordings += u64::from(known_gap(&case.label));
+                    pool_gap_recordings += u64::from(known_pool_gap(&case.label));
                     for trace in DeviceTrace::split(&file.snapshot) {
                         // The device's memory, as a user knows their GPU's: it sizes
                         // expandable reservations, which the trace does not record.
@@ -58,8 +70,8 @@ fn recordings_verify_exactly() {
                             .unwrap_or_else(|e| panic!("{release} {} seed {seed}: {e}", case.label));
                         if !v.passed() {
                             bad += 1;
-                            if case.label.starts_with("pools") {
-                                pool_divergences += 1;
+                            if known_pool_gap(&case.label) {
+                                pool_gap_divergences += 1;
                             } else if known_gap(&case.label) {
                                 gap_divergences += 1;
                             } else if bad == 1 {
@@ -76,12 +88,15 @@ fn recordings_verify_exactly() {
     }
     println!("{recordings} recordings verified\n{}", report.join("\n"));
     println!("PyTorch raised internal errors in {} cases:\n{}", pytorch_errors.len(), pytorch_errors.iter().cloned().collect::<Vec<_>>().join("\n"));
-    // Reported, not yet held exact: see the note at `pool_divergences`.
-    println!("{pool_divergences} recordings with private pools diverge");
+    println!("{pool_gap_divergences} of {pool_gap_recordings} recordings with private pools and expandable segments diverge");
     println!("{gap_divergences} recordings with expandable segments on a tight device diverge");
     assert!(
         gap_divergences * 100 <= gap_recordings * 5,
         "{gap_divergences} of {gap_recordings} tight expandable recordings diverge (ratchet: measured 2 of 96, at most 5%)"
+    );
+    assert!(
+        pool_gap_divergences * 100 <= pool_gap_recordings * POOL_GAP_PERCENT,
+        "{pool_gap_divergences} of {pool_gap_recordings} recordings with private pools and expandable segments diverge (ratchet: at most {POOL_GAP_PERCENT}%)"
     );
     assert!(failures.is_empty(), "{} cases diverge:\n{}", failures.len(), failures.join("\n"));
 }

@@ -27,7 +27,7 @@ use crate::blocks::Blocks;
 use crate::pools::{route, Overrides, PoolRouting};
 use crate::prepared::{Judged, PreparedTrace};
 use crate::reading::Reading;
-use crate::releases::{releases, replay_as_empty_cache, request_after, ReleaseRun};
+use crate::releases::{releases, replay_as_empty_cache, request_after, Release, ReleaseRun};
 use std::borrow::Cow;
 use vramkit_core::{CachingAllocator, DeviceAddr, Error, StreamId, TraceAction};
 use vramkit_sim::SimDevice;
@@ -76,7 +76,15 @@ pub(crate) struct Driver<'a> {
     next_hold: u64,
     /// The private pool of each allocation and pool-segment release.
     routing: Cow<'a, PoolRouting>,
+    /// The first run of releases (in a trace with private pools) that the
+    /// model would not have released as an `empty_cache()`: where it
+    /// starts, what PyTorch released and what the model would have.
+    release_mismatch: Option<ReleaseMismatch>,
 }
+
+/// A run of releases PyTorch made that the model's `empty_cache()` would
+/// not have made: (where the run starts, PyTorch's releases, the model's).
+pub(crate) type ReleaseMismatch = (usize, Vec<Release>, Vec<Release>);
 
 impl<'a> Driver<'a> {
     /// A driver that judges the reading against its own model, which must
@@ -137,12 +145,27 @@ impl<'a> Driver<'a> {
             overdue: Vec::new(),
             next_hold: 0,
             routing,
+            release_mismatch: None,
         }
     }
 
     /// Where each allocation went (see `pools`).
     pub fn routing(&self) -> &PoolRouting {
         &self.routing
+    }
+
+    /// The first run of releases the model would not have released as an
+    /// `empty_cache()`, in a trace with private pools (a judging driver).
+    pub fn release_mismatch(&self) -> Option<&ReleaseMismatch> {
+        self.release_mismatch.as_ref()
+    }
+
+    /// Routes segment `k`, whose pool the snapshot does not name and which
+    /// no entry has used yet, to a private pool of its own (a judging
+    /// driver; see `pools`).
+    pub fn route_to_own_pool(&mut self, k: usize) {
+        self.routing.to_mut().route_to_own_pool(k);
+        self.reading.to_mut().pools.insert(k, PoolRouting::own_pool(k));
     }
 
     /// Before the first entry: the start state's pending blocks wait on
@@ -273,6 +296,14 @@ impl<'a> Driver<'a> {
                 let call = if self.following {
                     self.reading.calls.binary_search(&i).is_ok()
                 } else {
+                    let run_start = i == 0 || !matches!(self.events.actions()[i - 1], TraceAction::SegmentFree | TraceAction::SegmentUnmap);
+                    if run_start && self.release_mismatch.is_none() && self.routing.uses_pools() {
+                        let recorded = releases(self.events.iter_range(i..self.events.len()));
+                        let model_released = model.after_empty_cache().released().to_vec();
+                        if recorded != model_released {
+                            self.release_mismatch = Some((i, recorded, model_released));
+                        }
+                    }
                     let call = replay_as_empty_cache(self.runs, self.events, i, model, self.held > 0);
                     // A retry ladder's last stage is replayed as a release
                     // here, where the model is PyTorch; under other settings
@@ -342,7 +373,9 @@ impl<'a> Driver<'a> {
         // Past the rest of the synchronisation's `free_completed` run.
         let rest = self.events.actions().get(i + 2..).unwrap_or_default();
         let run = rest.iter().take_while(|&&a| a == TraceAction::FreeCompleted).count();
-        request_after(self.events, i + 2 + run).is_some_and(|r| model.fits_in_cache_after_free(p, r.size, StreamId(r.stream)))
+        // The request's own pool: a capture may route it to a private one.
+        request_after(self.events, i + 2 + run)
+            .is_some_and(|(j, r)| model.fits_in_cache_after_free_in(p, r.size, StreamId(r.stream), self.routing.pool(j)))
     }
 
     /// After the last entry: free what completed but waits for a `malloc`,

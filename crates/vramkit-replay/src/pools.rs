@@ -14,11 +14,26 @@
 //! A pool's segments are freed only once every user released it; a release
 //! that frees one says the pool had become freeable by then.
 //!
-//! Where the neighbours read wrong (a pool's first requests on a fresh
-//! stream look like the default pools'), a replay shows it: the model then
-//! serves a default request from such a segment where PyTorch did not.
-//! `verify` then routes that segment to a pool of its own ([`Overrides`])
-//! and replays again.
+//! Under expandable segments a segment is a reservation: pages mapped where
+//! no live reservation reaches start one (PyTorch keeps one per stream,
+//! pool and size class), pages mapped up to its extent grow it, and it is
+//! released when its last pages are unmapped.
+//!
+//! Where the neighbours do not tell (a pool whose every segment was freed
+//! inside the window names none), the segment is read as the default
+//! pools' until `verify`'s replay, where the model is PyTorch, shows
+//! otherwise; it is then routed to a private pool of its own
+//! ([`PoolRouting::own_pool`]), or back ([`Overrides`]):
+//!
+//! - a segment PyTorch made while the default pools cached a block that
+//!   fits, or held an expandable segment the request would have grown, was
+//!   made for a private pool (routed at once, in the same replay);
+//! - a segment the model would release in an `empty_cache()` that PyTorch
+//!   did not release there was a private pool's, not yet freeable; a
+//!   release order the model cannot match says the other way round;
+//! - a request the model serves from a segment read as the default pools'
+//!   where PyTorch did not: that segment (or PyTorch's) was a private
+//!   pool's.
 
 use crate::trace::DeviceTrace;
 use std::collections::BTreeMap;
@@ -27,8 +42,10 @@ use vramkit_core::{SegmentInfo, TraceAction};
 
 const DEFAULT: MempoolId = (0, 0);
 
-/// Segments (by their index among the segments a trace shows) routed to a
-/// private pool the snapshot does not name, by replays that showed it.
+/// Segments (by their index among the segments a trace shows) whose pool
+/// the snapshot does not name, routed by replays that showed it: to a
+/// private pool of their own ([`PoolRouting::own_pool`]), or to the default
+/// pools (`(0, 0)`).
 pub(crate) type Overrides = BTreeMap<usize, MempoolId>;
 
 /// Per trace entry: the private pool of an `alloc`, or of the segment a
@@ -36,22 +53,38 @@ pub(crate) type Overrides = BTreeMap<usize, MempoolId>;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct PoolRouting {
     pools: Vec<Option<MempoolId>>,
+    /// Per entry: the segment (index into `spans`) an `alloc` was placed
+    /// in or a `segment_free` released.
+    segment: Vec<Option<usize>>,
     /// Every segment seen.
     spans: Vec<Span>,
 }
 
 /// One segment's life: where it lies, the entries that made and freed it
-/// (inside the window), whether the snapshot names its pool.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// (inside the window), whether the snapshot names its pool, the entries
+/// that placed an allocation in it or freed it.
+#[derive(Clone, Debug, PartialEq)]
 struct Span {
     addr: u64,
     size: u64,
     made: Option<usize>,
     freed: Option<usize>,
     named: bool,
+    entries: Vec<usize>,
 }
 
 impl PoolRouting {
+    /// Whether the trace shows private pools.
+    pub fn uses_pools(&self) -> bool {
+        !self.spans.is_empty()
+    }
+
+    /// The segment whose pool the snapshot does not name that lies at
+    /// `addr` and is released at entry `i` or later, alive at `i`.
+    pub fn unnamed_segment_released_at_or_after(&self, i: usize, addr: u64) -> Option<usize> {
+        self.spans.iter().position(|s| !s.named && s.addr == addr && s.made.is_none_or(|m| m <= i) && s.freed.is_some_and(|f| i <= f))
+    }
+
     /// The private pool entry `i` went to, if any.
     pub fn pool(&self, i: usize) -> Option<MempoolId> {
         self.pools.get(i).copied().flatten()
@@ -65,10 +98,40 @@ impl PoolRouting {
         })
     }
 
-    /// A pool no snapshot names, for segment `k` made on `stream`: one per
-    /// stream, as a capture routes the requests of one stream.
-    pub fn unnamed_pool(stream: u64) -> MempoolId {
-        (u64::MAX, stream)
+    /// The segment whose pool the snapshot does not name that entry `i`
+    /// (an `alloc`, a `segment_free`) placed in or released, if any.
+    pub fn unnamed_segment_of(&self, i: usize) -> Option<usize> {
+        self.segment.get(i).copied().flatten().filter(|&k| !self.spans[k].named)
+    }
+
+    /// The segment whose pool the snapshot does not name that the `alloc`
+    /// at entry `i` made (the first placed in a segment made in the
+    /// window), if any.
+    pub fn made_by(&self, i: usize) -> Option<usize> {
+        self.unnamed_segment_of(i).filter(|&k| self.spans[k].made.is_some() && self.spans[k].entries.first() == Some(&i))
+    }
+
+    /// Whether segment `k` is routed to a private pool.
+    pub fn is_private(&self, k: usize) -> bool {
+        self.spans[k].entries.first().is_some_and(|&i| self.pool(i).is_some())
+    }
+
+    /// Routes segment `k` (and every entry placed in it) to a private pool
+    /// of its own.
+    pub fn route_to_own_pool(&mut self, k: usize) {
+        for &i in &self.spans[k].entries {
+            self.pools[i] = Some(Self::own_pool(k));
+        }
+    }
+
+    /// A pool no snapshot names, for segment `k` alone. Allocations placed
+    /// in one segment of a private pool are placed the same when the pool
+    /// is split by segment (the best fit among all its blocks is the best
+    /// among its own segment's), and a pool's segments are released in
+    /// the order their releases show, so a pool the snapshot does not name
+    /// is replayed as one pool per segment.
+    pub fn own_pool(k: usize) -> MempoolId {
+        (u64::MAX, k as u64)
     }
 }
 
@@ -83,14 +146,23 @@ struct Instance {
     pool: Option<MempoolId>,
     /// Entries that placed an allocation in it, or freed it.
     entries: Vec<usize>,
+    /// An expandable segment: `size` is the extent its pages reached,
+    /// `mapped` the bytes mapped now; it is released when none are left.
+    expandable: bool,
+    mapped: u64,
+}
+
+/// Whether the snapshot shows a private pool: a segment at either end of
+/// the window names one.
+pub(crate) fn uses_pools(trace: &DeviceTrace, start: &[SegmentInfo]) -> bool {
+    start.iter().chain(&trace.end_segments).any(|s| s.segment_pool_id != DEFAULT)
 }
 
 /// Routes every entry of `trace`, whose window starts in `start` (the
 /// rebuilt start state's segments).
 pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Overrides) -> PoolRouting {
     let n = trace.events.len();
-    let uses_pools = start.iter().chain(&trace.end_segments).any(|s| s.segment_pool_id != DEFAULT);
-    if !uses_pools {
+    if !uses_pools(trace, start) {
         return PoolRouting::default();
     }
     // Live segments by address, and every segment seen.
@@ -98,14 +170,56 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
     let mut instances: Vec<Instance> = Vec::new();
     for s in start {
         live.insert(s.address, instances.len());
-        instances.push(Instance { addr: s.address, size: s.total_size, made: None, freed: None, pool: Some(s.segment_pool_id), entries: Vec::new() });
+        instances.push(Instance {
+            addr: s.address,
+            size: s.total_size,
+            made: None,
+            freed: None,
+            pool: Some(s.segment_pool_id),
+            entries: Vec::new(),
+            expandable: s.is_expandable,
+            mapped: s.total_size,
+        });
     }
     let mut label: Vec<Option<usize>> = vec![None; n];
     for (i, e) in trace.events.iter().enumerate() {
         match e.action {
             TraceAction::SegmentAlloc => {
                 live.insert(e.addr, instances.len());
-                instances.push(Instance { addr: e.addr, size: e.size, made: Some(i), freed: None, pool: None, entries: Vec::new() });
+                instances.push(Instance { addr: e.addr, size: e.size, made: Some(i), freed: None, pool: None, entries: Vec::new(), expandable: false, mapped: e.size });
+            }
+            // Pages mapped at or below the extent of a live expandable
+            // segment grow it; elsewhere they start a new one (PyTorch
+            // reserves one per stream, pool and size class).
+            TraceAction::SegmentMap => {
+                let grows = live.range(..=e.addr).next_back().map(|(_, &k)| k).filter(|&k| {
+                    let inst = &instances[k];
+                    inst.expandable && e.addr <= inst.addr + inst.size
+                });
+                match grows {
+                    Some(k) => {
+                        let inst = &mut instances[k];
+                        inst.mapped += e.size;
+                        inst.size = inst.size.max(e.addr + e.size - inst.addr);
+                    }
+                    None => {
+                        live.insert(e.addr, instances.len());
+                        instances.push(Instance { addr: e.addr, size: e.size, made: Some(i), freed: None, pool: None, entries: Vec::new(), expandable: true, mapped: e.size });
+                    }
+                }
+            }
+            TraceAction::SegmentUnmap => {
+                let k = live.range(..=e.addr).next_back().map(|(&a, &k)| (a, k)).filter(|&(a, k)| instances[k].expandable && e.addr < a + instances[k].size);
+                if let Some((a, k)) = k {
+                    let inst = &mut instances[k];
+                    inst.entries.push(i);
+                    inst.mapped = inst.mapped.saturating_sub(e.size);
+                    label[i] = Some(k);
+                    if inst.mapped == 0 {
+                        inst.freed = Some(i);
+                        live.remove(&a);
+                    }
+                }
             }
             TraceAction::SegmentFree => {
                 if let Some(k) = live.remove(&e.addr) {
@@ -126,14 +240,14 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
     }
     for s in &trace.end_segments {
         if let Some(&k) = live.get(&s.address) {
-            if instances[k].size == s.total_size {
+            if instances[k].size == s.total_size || instances[k].expandable {
                 instances[k].pool = Some(s.segment_pool_id);
             }
         }
     }
     let spans = instances
         .iter()
-        .map(|s| Span { addr: s.addr, size: s.size, made: s.made, freed: s.freed, named: s.pool.is_some() })
+        .map(|s| Span { addr: s.addr, size: s.size, made: s.made, freed: s.freed, named: s.pool.is_some(), entries: s.entries.clone() })
         .collect();
     // Named pools first; then an unnamed segment takes the pool a replay
     // showed it in, else the pool its allocations' stream neighbours in
@@ -162,5 +276,5 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
             pools[i] = Some(pool.unwrap_or(DEFAULT));
         }
     }
-    PoolRouting { pools: pools.into_iter().map(|p| p.filter(|&p| p != DEFAULT)).collect(), spans }
+    PoolRouting { pools: pools.into_iter().map(|p| p.filter(|&p| p != DEFAULT)).collect(), segment: label, spans }
 }

@@ -87,7 +87,7 @@ pub fn replay_as_empty_cache(
     }
     let Ok(k) = runs.binary_search_by_key(&start, |r| r.0) else { return false };
     let recorded = releases(events.iter_range(start..events.len()));
-    let request = request_after(events, start);
+    let request = request_after(events, start).map(|(_, r)| r);
     let after = model.after_empty_cache();
     if recorded != after.released() {
         return false;
@@ -131,12 +131,14 @@ pub(crate) fn releases(entries: impl Iterator<Item = Entry>) -> Vec<Release> {
 }
 
 /// The request that the segment events from entry `from` on lead to: the
-/// first other entry, if it is an `alloc` or an `oom`.
-pub(crate) fn request_after(events: &Entries, from: usize) -> Option<Entry> {
+/// first other entry, if it is an `alloc` or an `oom`, and where it lies.
+pub(crate) fn request_after(events: &Entries, from: usize) -> Option<(usize, Entry)> {
     events
         .iter_range(from..events.len())
-        .find(|e| !is_segment_event(e.action))
-        .filter(|r| matches!(r.action, TraceAction::Alloc | TraceAction::Oom))
+        .enumerate()
+        .find(|(_, e)| !is_segment_event(e.action))
+        .filter(|(_, r)| matches!(r.action, TraceAction::Alloc | TraceAction::Oom))
+        .map(|(k, r)| (from + k, r))
 }
 
 /// The release runs with the capacity rule applied, and the capacity the

@@ -10,9 +10,11 @@ use crate::drive::{Driver, Step};
 use crate::pools::{Overrides, PoolRouting};
 use crate::prepared::PreparedTrace;
 use crate::reading::Reading;
+use crate::releases::is_segment_event;
 use crate::trace::DeviceTrace;
 use crate::ReplayError;
-use vramkit_core::{AllocatorConfig, BlockState, CachingAllocator, HistoryConfig, SegmentInfo, TraceAction};
+use vramkit_core::snapshot::MempoolId;
+use vramkit_core::{AllocatorConfig, BlockState, CachingAllocator, HistoryConfig, PoolKind, SegmentInfo, StreamId, TraceAction};
 use vramkit_sim::SimDevice;
 use vramkit_trace::{Entries, Entry};
 
@@ -123,37 +125,68 @@ pub(crate) enum Compare {
 }
 
 /// Replays a trace with private pools again at most this many times, each
-/// time routing one more segment to a pool the snapshot does not name.
-const POOL_PASSES: usize = 32;
+/// time routing one more segment whose pool the snapshot does not name.
+const POOL_PASSES: usize = 64;
 
 /// The replay under the recorded settings: the verify report, the
-/// reading it judged and the routing that reading implies. Where the model
-/// served a request from a segment whose pool the snapshot does not name,
-/// and PyTorch did not, that segment was a private pool's (see `pools`): it
-/// is routed to one and the trace replayed again.
+/// reading it judged and the routing that reading implies. A segment whose
+/// pool the snapshot does not name (made and freed inside the window) is
+/// read as the default pools' until a replay shows otherwise (see
+/// `pools`): then it is routed to a pool of its own, or back, and the trace
+/// replayed again.
 pub(crate) fn recorded_pass(prepared: &PreparedTrace<'_>, compare: Compare) -> Result<(VerifyReport, Reading, PoolRouting), ReplayError> {
     let mut overrides = Overrides::new();
+    // A repair read from a symptom with another cause can make the replay
+    // worse: the best replay is kept.
+    let mut best: Option<(VerifyReport, (Reading, PoolRouting))> = None;
     for _ in 0..POOL_PASSES {
-        let (report, judged, misplaced) = one_pass(prepared, compare, &overrides)?;
-        match misplaced {
-            Some((segment, stream)) if !overrides.contains_key(&segment) => {
-                overrides.insert(segment, PoolRouting::unnamed_pool(stream));
+        let (report, judged, repair) = one_pass(prepared, compare, &overrides)?;
+        if best.as_ref().is_none_or(|(b, _)| closeness(&report) > closeness(b)) {
+            best = Some((report, judged));
+        }
+        let mut repaired = false;
+        for (segment, pool) in repair {
+            if !overrides.contains_key(&segment) {
+                overrides.insert(segment, pool);
+                repaired = true;
             }
-            _ => return Ok((report, judged.0, judged.1)),
+        }
+        if !repaired || best.as_ref().is_some_and(|(b, _)| b.passed()) {
+            break;
         }
     }
-    one_pass(prepared, compare, &overrides).map(|(report, (reading, routing), _)| (report, reading, routing))
+    let (report, (reading, routing)) = match best {
+        Some(best) => best,
+        None => one_pass(prepared, compare, &overrides).map(|(report, judged, _)| (report, judged))?,
+    };
+    Ok((report, reading, routing))
+}
+
+/// How close a replay came to PyTorch: passed, then requests placed the
+/// same, then segment events and end state identical.
+fn closeness(r: &VerifyReport) -> (bool, u64, bool, bool) {
+    (r.passed(), r.placed_same, r.segment_events_identical, r.end_state_identical)
+}
+
+/// A segment whose pool the snapshot does not name, routed the other way
+/// (to the default pools, or to a private pool of its own) by what a
+/// replay showed at a trace entry.
+#[derive(Clone, Copy, Debug)]
+struct Repair {
+    at: usize,
+    segment: usize,
+    pool: MempoolId,
 }
 
 /// One replay under the recorded settings, with `overrides`; also the
-/// segment whose pool the snapshot does not name that the model served the
-/// first misplaced request from, with that request's stream.
+/// first segments whose pool the snapshot does not name that the replay
+/// showed routed wrong, with the pool each goes to.
 #[allow(clippy::type_complexity)]
 fn one_pass(
     prepared: &PreparedTrace<'_>,
     compare: Compare,
     overrides: &Overrides,
-) -> Result<(VerifyReport, (Reading, PoolRouting), Option<(usize, u64)>), ReplayError> {
+) -> Result<(VerifyReport, (Reading, PoolRouting), Vec<(usize, MempoolId)>), ReplayError> {
     let (trace, config, start) = (prepared.trace(), prepared.recorded(), prepared.start());
     let (capacity_bytes, inferred) = (prepared.recorded_capacity(), prepared.inferred_capacity());
     let capacity = capacity_bytes.or(inferred);
@@ -166,15 +199,29 @@ fn one_pass(
         .with_total_bytes(capacity_bytes.unwrap_or(u64::MAX))
         .with_recorded_addresses();
     let mut model = prepared.start_model(config, device)?;
-    let mut log = (compare == Compare::All).then(|| SegmentLog::start(&mut model));
+    // Segment events are compared for verify, and judge private pools.
+    let histories = compare == Compare::All || crate::pools::uses_pools(trace, &start.segments);
+    let mut log = histories.then(|| SegmentLog::start(&mut model));
 
     let events = &trace.events;
     let mut driver = Driver::judging(prepared, overrides.clone());
     driver.begin(&mut model);
     let mut first_divergence = None;
-    let mut misplaced = None;
+    let mut repair: Option<Repair> = None;
     let (mut alloc_events, mut placed_same) = (0u64, 0u64);
     for (i, e) in events.iter().enumerate() {
+        // A new segment PyTorch made while the default pools held a block
+        // that fits was made for a private pool: a capture routed the
+        // request there. Such a segment is routed to a pool of its own
+        // before the request is replayed.
+        if e.action == TraceAction::Alloc && first_divergence.is_none() {
+            if let Some(k) = driver.routing().made_by(i).filter(|&k| !driver.routing().is_private(k)) {
+                model.process_events();
+                if model.fits_in_cache(e.size, StreamId(e.stream)) || grows_instead(&model, e) {
+                    driver.route_to_own_pool(k);
+                }
+            }
+        }
         let step = driver.step(&mut model, i);
         let diverged = |got: String| Divergence {
             kind: "alloc address".into(),
@@ -190,7 +237,7 @@ fn one_pass(
                     placed_same += 1;
                 } else {
                     if first_divergence.is_none() {
-                        misplaced = driver.routing().unnamed_segment_at(i, p.0).map(|k| (k, e.stream));
+                        repair = misplaced(driver.routing(), i, p.0);
                     }
                     first_divergence.get_or_insert_with(|| diverged(format!("{p}")));
                 }
@@ -209,7 +256,15 @@ fn one_pass(
         }
     }
     driver.finish(&mut model, &start.cut_frees);
+    let mut repairs: Vec<Repair> = repair.into_iter().collect();
+    if let Some(m) = driver.release_mismatch() {
+        let rs = released_otherwise(driver.routing(), m);
+        if rs.first().is_some_and(|r| repairs.first().is_none_or(|first| r.at < first.at)) {
+            repairs = rs;
+        }
+    }
     let judged = driver.into_judgement();
+    let routing = &judged.1;
 
     let (recorded, predicted): (Vec<SegmentEvent>, Vec<SegmentEvent>) = match log {
         Some(log) => (segment_events(events.iter()), log.finish(&mut model)),
@@ -231,6 +286,11 @@ fn one_pass(
         };
         segment_divergence = Some(d.clone());
         first_divergence.get_or_insert(d);
+        if let Some(r) = released_wrong(routing, events, at, predicted.get(at)) {
+            if repairs.first().is_none_or(|first| r.at < first.at) {
+                repairs = vec![r];
+            }
+        }
     }
     let end_diff = compare_end_state(&trace.end_segments, &model.segments());
     if let Some((expected, got)) = &end_diff {
@@ -242,6 +302,11 @@ fn one_pass(
             context: Vec::new(),
         });
     }
+    let (recorded, predicted) = match compare {
+        Compare::All => (recorded, predicted),
+        Compare::Placements => (Vec::new(), Vec::new()),
+    };
+    let segment_events_identical = recorded == predicted;
     let report = VerifyReport {
         device: trace.device,
         alloc_events,
@@ -256,8 +321,76 @@ fn one_pass(
         first_divergence,
         segment_divergence,
     };
-    Ok((report, judged, misplaced))
+    Ok((report, judged, repairs.into_iter().map(|r| (r.segment, r.pool)).collect()))
 }
+
+/// Whether the default pools hold an expandable segment that request `e`
+/// would grow: PyTorch reserves a new one only for a pool that has none on
+/// the request's stream for its size class.
+fn grows_instead(model: &CachingAllocator<SimDevice>, e: Entry) -> bool {
+    let kind = PoolKind::for_size(vramkit_core::rounding::round_size(e.size, &model.config().roundup_power2_divisions));
+    model.config().expandable_segments
+        && model.segments().iter().any(|s| s.is_expandable && s.stream == e.stream && s.segment_type == kind && s.segment_pool_id == DEFAULT_POOL)
+}
+
+/// The model placed the `alloc` at entry `i` at `got`, not where PyTorch
+/// did. If `got` lies in a segment read as the default pools' that the
+/// snapshot does not name, that segment was a private pool's; else, if
+/// PyTorch's own segment is one, it was.
+fn misplaced(routing: &PoolRouting, i: usize, got: u64) -> Option<Repair> {
+    let own = |k: usize| Repair { at: i, segment: k, pool: PoolRouting::own_pool(k) };
+    if let Some(k) = routing.unnamed_segment_at(i, got) {
+        return (!routing.is_private(k)).then(|| own(k));
+    }
+    routing.unnamed_segment_of(i).filter(|&k| !routing.is_private(k)).map(own)
+}
+
+/// The segment events first differ at position `at` (among the trace's
+/// segment events), where the model did `got`. A release of a segment
+/// whose pool the snapshot does not name, before PyTorch released it, says
+/// it was a private pool's (not yet freeable); a release PyTorch did that
+/// the model did not do there says the segment was routed the wrong way.
+fn released_wrong(routing: &PoolRouting, events: &Entries, at: usize, got: Option<&SegmentEvent>) -> Option<Repair> {
+    let t = events.actions().iter().enumerate().filter(|(_, &a)| is_segment_event(a)).nth(at).map(|(t, _)| t)?;
+    if let Some(&(TraceAction::SegmentFree, addr, _)) = got {
+        if let Some(k) = routing.unnamed_segment_at(t, addr).filter(|&k| !routing.is_private(k)) {
+            return Some(Repair { at: t, segment: k, pool: PoolRouting::own_pool(k) });
+        }
+    }
+    let k = routing.unnamed_segment_of(t).filter(|_| events.actions()[t] == TraceAction::SegmentFree)?;
+    let pool = if routing.is_private(k) { DEFAULT_POOL } else { PoolRouting::own_pool(k) };
+    Some(Repair { at: t, segment: k, pool })
+}
+
+/// PyTorch's `empty_cache()` at `at` released `recorded`, where the model
+/// would have released `model`: the default pools' segments first (large,
+/// then small), then those of pools every user had released. A segment
+/// the model releases first that PyTorch released later or not yet was a
+/// private pool's; else a segment PyTorch released there, read as a
+/// private pool's, was the default pools'.
+fn released_otherwise(routing: &PoolRouting, (at, recorded, model): &crate::drive::ReleaseMismatch) -> Vec<Repair> {
+    let early: Vec<Repair> = model
+        .iter()
+        .filter(|r| !recorded.contains(r))
+        .filter_map(|&(_, addr, _)| routing.unnamed_segment_at(*at, addr).filter(|&k| !routing.is_private(k)))
+        .map(|k| Repair { at: *at, segment: k, pool: PoolRouting::own_pool(k) })
+        .collect();
+    if !early.is_empty() {
+        return early;
+    }
+    let p = recorded.iter().zip(model).position(|(a, b)| a != b).unwrap_or(recorded.len().min(model.len()));
+    if let Some(&(_, addr, _)) = model.get(p) {
+        if let Some(k) = routing.unnamed_segment_at(*at, addr).filter(|&k| !routing.is_private(k)) {
+            return vec![Repair { at: *at, segment: k, pool: PoolRouting::own_pool(k) }];
+        }
+    }
+    let Some(&(_, addr, _)) = recorded.get(p) else { return Vec::new() };
+    let k = routing.unnamed_segment_released_at_or_after(*at, addr).filter(|&k| routing.is_private(k));
+    k.map(|k| Repair { at: *at, segment: k, pool: DEFAULT_POOL }).into_iter().collect()
+}
+
+/// The default pools' id.
+const DEFAULT_POOL: MempoolId = (0, 0);
 
 /// A segment event as compared: (action, address, bytes).
 type SegmentEvent = (TraceAction, u64, u64);
@@ -301,11 +434,9 @@ impl SegmentLog {
     }
 }
 
+/// The segment events of `entries`, in order.
 fn segment_events(entries: impl Iterator<Item = Entry>) -> Vec<SegmentEvent> {
-    entries
-        .filter(|e| matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentFree | TraceAction::SegmentMap | TraceAction::SegmentUnmap))
-        .map(|e| (e.action, e.addr, e.size))
-        .collect()
+    entries.filter(|e| is_segment_event(e.action)).map(|e| (e.action, e.addr, e.size)).collect()
 }
 
 /// The first difference between two end states, as (expected, got) descriptions.

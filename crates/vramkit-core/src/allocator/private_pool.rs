@@ -111,6 +111,20 @@ impl<D: Device> CachingAllocator<D> {
         result
     }
 
+    /// The parameters of a request served from private pool `id` (`None`:
+    /// routed as now); `None` when that pool does not exist.
+    pub(crate) fn alloc_params_in(&self, size: u64, stream: StreamId, id: Option<MempoolId>) -> Option<super::malloc::AllocParams> {
+        let mut params = self.alloc_params(size, stream);
+        if let Some(id) = id {
+            let p = self.private_pools.get(&id)?;
+            params.pool = match PoolKind::for_size(params.size) {
+                PoolKind::Small => p.small,
+                PoolKind::Large => p.large,
+            };
+        }
+        Some(params)
+    }
+
     /// Every user of private pool `id` has released it: from now on
     /// `empty_cache` frees its whole segments. For replays, which see that
     /// only when a release frees one of them. No-op for an unknown or

@@ -6,6 +6,7 @@ use super::CachingAllocator;
 use crate::config::AllocatorConfig;
 use crate::device::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};
 use crate::oom::{OomDiagnosis, OutOfMemoryError};
+use crate::snapshot::MempoolId;
 
 /// A stand-in device for what-if runs: it has the real device's free bytes
 /// left, hands out fresh addresses above everything, and completes events at once.
@@ -162,15 +163,24 @@ impl<D: Device> CachingAllocator<D> {
     /// allocated at `ptr` were freed first (merging with its free
     /// neighbours)? `false` when `ptr` is not allocated. Changes nothing.
     pub fn fits_in_cache_after_free(&self, ptr: DeviceAddr, size: u64, stream: StreamId) -> bool {
+        self.fits_in_cache_after_free_in(ptr, size, stream, None)
+    }
+
+    /// [`fits_in_cache_after_free`](Self::fits_in_cache_after_free) for a
+    /// request served from private pool `pool` (`None`: where it would be
+    /// routed now), as when a capture routes it there. A pool that does not
+    /// exist yet caches nothing.
+    pub fn fits_in_cache_after_free_in(&self, ptr: DeviceAddr, size: u64, stream: StreamId, pool: Option<MempoolId>) -> bool {
         let Some(id) = self.allocated.get(ptr.0) else { return false };
+        let Some(params) = self.alloc_params_in(size, stream, pool) else { return false };
         let block = &self.blocks[id];
         // A block on another stream or in another pool is never a candidate,
         // so freeing it changes nothing: no copy needed.
-        if block.stream != stream || block.pool != self.alloc_params(size, stream).pool {
-            return self.fits_in_cache(size, stream);
+        if block.stream != stream || block.pool != params.pool {
+            return self.find_free_block(&params).is_some();
         }
         let mut copy = self.clone_state_onto(WhatIfDevice::like(&self.device));
-        copy.free(ptr).is_ok() && copy.fits_in_cache(size, stream)
+        copy.free(ptr).is_ok() && copy.find_free_block(&params).is_some()
     }
 
     /// The allocator as `empty_cache()` would leave it now (its
