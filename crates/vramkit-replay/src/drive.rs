@@ -12,6 +12,11 @@
 //!   events are left for the model's synchronisation to complete. A pair
 //!   directly before such a run is a held block too when freeing it would
 //!   have served the request that follows: then there would be no run.
+//!   Each held block's event stream is numbered by where its
+//!   `free_completed` lies, so that the model, which walks streams from the
+//!   highest handle down, frees blocks that complete together in the
+//!   trace's order: which block survives a merge depends on it (torch 2.12
+//!   orders free blocks of equal size by the age of the block object).
 //! - A run of releases is an `empty_cache()` call unless it is a retry
 //!   ladder (see `releases`), which the model repeats by itself when its
 //!   device refuses memory. Where the model is PyTorch (the recorded
@@ -33,6 +38,69 @@ use vramkit_sim::SimDevice;
 
 /// Streams the driver makes up for held blocks start here, far from real handles.
 const HOLD_STREAM_BASE: u64 = u64::MAX - (1 << 40);
+
+/// Where each held block's `free_completed` lies, which names the stream
+/// of its event: `HOLD_STREAM_BASE + entries - index`, so the model (which
+/// walks streams from the highest handle down, in `process_events` and in
+/// a synchronisation) frees the blocks whose events completed together in
+/// the order of their entries, as PyTorch did. Blocks that never complete
+/// in the trace get handles above those.
+#[derive(Debug)]
+struct HoldStreams {
+    entries: usize,
+    /// Per entry: for a `free_requested`, the index of its `free_completed`
+    /// (`u32::MAX`: none).
+    completed_at: Vec<u32>,
+    /// The start state's pending blocks: address -> the index of the
+    /// `free_completed` that completes them.
+    pending_at_start: AddrMap<usize>,
+    never_completed: u64,
+}
+
+impl HoldStreams {
+    fn new(events: &[TraceEntry]) -> HoldStreams {
+        let mut completed_at = vec![u32::MAX; events.len()];
+        let mut pending_at_start = AddrMap::default();
+        let mut requested: AddrMap<usize> = AddrMap::default();
+        for (i, e) in events.iter().enumerate() {
+            match e.action {
+                TraceAction::FreeRequested => {
+                    requested.insert(e.addr, i);
+                }
+                TraceAction::FreeCompleted => match requested.remove(&e.addr) {
+                    Some(r) => completed_at[r] = i as u32,
+                    None => {
+                        pending_at_start.entry(e.addr).or_insert(i);
+                    }
+                },
+                _ => {}
+            }
+        }
+        HoldStreams { entries: events.len(), completed_at, pending_at_start, never_completed: 0 }
+    }
+
+    fn stream(&mut self, completed_at: Option<usize>) -> StreamId {
+        match completed_at {
+            Some(j) => StreamId(HOLD_STREAM_BASE + (self.entries - j) as u64),
+            None => {
+                self.never_completed += 1;
+                StreamId(HOLD_STREAM_BASE + self.entries as u64 + self.never_completed)
+            }
+        }
+    }
+
+    /// The stream for the block freed by the `free_requested` entry `i`.
+    fn for_request(&mut self, i: usize) -> StreamId {
+        let j = self.completed_at[i];
+        self.stream((j != u32::MAX).then_some(j as usize))
+    }
+
+    /// The stream for a block the start state holds at `addr`.
+    fn for_start(&mut self, addr: u64) -> StreamId {
+        let j = self.pending_at_start.get(&addr).copied();
+        self.stream(j)
+    }
+}
 
 /// What one entry did to the model.
 #[derive(Debug)]
@@ -97,7 +165,7 @@ pub(crate) struct Driver<'a> {
     /// Held blocks whose `free_completed` was left to a synchronisation
     /// that may not come: completed after the next `malloc`.
     overdue: Vec<StreamId>,
-    next_hold: u64,
+    hold_streams: HoldStreams,
     /// The private pool of each allocation and pool-segment release.
     routing: PoolRouting,
 }
@@ -121,8 +189,7 @@ impl<'a> Driver<'a> {
     pub fn begin(&mut self, model: &mut CachingAllocator<SimDevice>, trace: &DeviceTrace, start: &[SegmentInfo]) {
         self.routing = route(trace, start, &self.reading.pools);
         for p in model.held_addresses() {
-            let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
-            self.next_hold += 1;
+            let stream = self.hold_streams.for_start(p.0);
             if model.hold_with_event(p, stream).is_ok() {
                 self.holds.insert(p.0, stream);
             }
@@ -162,7 +229,7 @@ impl<'a> Driver<'a> {
             addr: AddrMap::default(),
             holds: AddrMap::default(),
             overdue: Vec::new(),
-            next_hold: 0,
+            hold_streams: HoldStreams::new(events),
             routing: PoolRouting::default(),
         }
     }
@@ -179,7 +246,7 @@ impl<'a> Driver<'a> {
             addr: AddrMap::default(),
             holds: AddrMap::default(),
             overdue: Vec::new(),
-            next_hold: 0,
+            hold_streams: HoldStreams::new(events),
             routing: PoolRouting::default(),
         })
     }
@@ -226,8 +293,7 @@ impl<'a> Driver<'a> {
                     self.reading.to_mut().held_pairs.push(i);
                 }
                 if !pair || held_pair {
-                    let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
-                    self.next_hold += 1;
+                    let stream = self.hold_streams.for_request(i);
                     if model.record_stream(DeviceAddr(p), stream).is_ok() {
                         self.holds.insert(e.addr, stream);
                     }
