@@ -163,7 +163,7 @@ pub(crate) struct Driver<'a> {
     /// Held blocks: recorded address -> the stream of their pending event.
     holds: AddrMap<StreamId>,
     /// Held blocks whose `free_completed` was left to a synchronisation
-    /// that may not come: completed after the next `malloc`.
+    /// that may not come: freed after the next `malloc`.
     overdue: Vec<StreamId>,
     hold_streams: HoldStreams,
     /// The private pool of each allocation and pool-segment release.
@@ -270,9 +270,7 @@ impl<'a> Driver<'a> {
                     None => model.malloc(e.size, StreamId(e.stream)),
                 };
                 model.device_mut().clear_queued_addresses();
-                for stream in self.overdue.drain(..) {
-                    model.device_mut().complete_stream(stream);
-                }
+                self.free_overdue(model);
                 match &got {
                     Ok(p) => self.addr.insert(e.addr, Some(p.0)),
                     Err(_) => self.addr.insert(e.addr, None),
@@ -363,9 +361,7 @@ impl<'a> Driver<'a> {
             TraceAction::Oom => {
                 let failed = model.malloc(e.size, StreamId(e.stream)).is_err();
                 model.device_mut().clear_queued_addresses();
-                for stream in self.overdue.drain(..) {
-                    model.device_mut().complete_stream(stream);
-                }
+                self.free_overdue(model);
                 Step::Oom { failed }
             }
             _ => Step::Other,
@@ -411,6 +407,22 @@ impl<'a> Driver<'a> {
         let rest = &self.events[i + 2..];
         let run = rest.iter().take_while(|e| e.action == TraceAction::FreeCompleted).count();
         request_after(&rest[run..]).is_some_and(|r| model.fits_in_cache_after_free(p, r.size, StreamId(r.stream)))
+    }
+
+    /// Frees the held blocks left to a synchronisation in the `malloc` just
+    /// replayed, if the model's did not free them. It did not run, so
+    /// PyTorch freed them at that `malloc`'s start, and they did not serve
+    /// it: freed now, not at the next `malloc`, they merge with their
+    /// neighbours before the entries that follow free those (which block
+    /// survives a merge shows under torch 2.12's tie rule).
+    fn free_overdue(&mut self, model: &mut CachingAllocator<SimDevice>) {
+        if self.overdue.is_empty() {
+            return;
+        }
+        for stream in self.overdue.drain(..) {
+            model.device_mut().complete_stream(stream);
+        }
+        model.process_events();
     }
 
     /// After the last entry: free what completed but waits for a `malloc`,
