@@ -100,3 +100,37 @@ fn recordings_verify_exactly() {
     );
     assert!(failures.is_empty(), "{} cases diverge:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// Recordings of the long sweep that once diverged: (release, case, setting,
+/// seed), verified wherever the release is among those tested.
+const PINNED: &[(&str, &str, &str, u64)] = &[
+    // A held block whose free_completed came just before a new segment (no
+    // retry ladder ran): freed at the next malloc instead of right after
+    // that one, it merged after its neighbour's free, not before.
+    ("2.12.0", "tight+streams", "roundup_power2_divisions:4", 14),
+    // Held blocks completing in one malloc, freed newest hold first.
+    ("2.12.0", "streams", "roundup_power2_divisions:4", 6),
+    ("2.12.0", "tight+streams", "max_split_size_mb:128,roundup_power2_divisions:8", 6),
+];
+
+#[test]
+fn pinned_recordings_verify_exactly() {
+    let mut failures = Vec::new();
+    for &(version, kind, conf, seed) in PINNED {
+        let Some(release) = releases().into_iter().find(|r| r.version == version) else { continue };
+        let Some(h) = harness(release) else { continue };
+        let label = format!("{kind} {conf:?}");
+        let case = cases(conf).into_iter().find(|c| c.label == label).unwrap_or_else(|| panic!("no case {label}"));
+        let out = h.record(&random_program(seed, &case.shape), &case.setup).unwrap_or_else(|e| panic!("{e}"));
+        let file = read_recording(out.snapshot.as_deref().unwrap());
+        let config = file.recorded_config(Some(rules(release)));
+        let capacity = case.setup.capacity.unwrap_or(vramkit_pytorch::DEFAULT_CAPACITY);
+        for trace in DeviceTrace::split(&file.snapshot) {
+            let v = vramkit_replay::verify_with_capacity(&trace, &config, Some(capacity)).unwrap_or_else(|e| panic!("{e}"));
+            if !v.passed() {
+                failures.push(format!("{version} {label} seed {seed}: {:?}", v.first_divergence));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

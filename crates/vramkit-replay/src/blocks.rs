@@ -14,6 +14,10 @@
 //! active blocks do. The number of a block an `alloc` began is handed out
 //! again once the block ended, so numbers stay below the number of blocks
 //! live at once plus those live at the start.
+//!
+//! The numbering also says where each held block's free completes: the
+//! `free_completed` of a `free_requested` that is not directly followed by
+//! it, and of a block the start state holds (see `drive`'s hold streams).
 
 use crate::AddrMap;
 use vramkit_core::TraceAction;
@@ -34,6 +38,12 @@ pub(crate) struct Blocks {
     at_start: AddrMap<u32>,
     /// Blocks still open after the last entry, by address.
     open_at_end: AddrMap<u32>,
+    /// (`free_requested`, its `free_completed`) where they are not
+    /// adjacent, by the first.
+    completions: Vec<(u32, u32)>,
+    /// Blocks live at the start whose first free is a `free_completed`
+    /// (the start state holds them): that entry.
+    completed_from_start: AddrMap<u32>,
 }
 
 impl Blocks {
@@ -46,11 +56,15 @@ impl Blocks {
         let mut reusable: Vec<bool> = Vec::new();
         let mut unused: Vec<u32> = Vec::new();
         let mut of_entry = Vec::with_capacity(events.len());
+        // Per number: the `free_requested` it waits on, if any.
+        let mut requested: Vec<u32> = Vec::new();
+        let mut completions = Vec::new();
+        let mut completed_from_start: AddrMap<u32> = AddrMap::default();
         let fresh = |reusable: &mut Vec<bool>, again: bool| {
             reusable.push(again);
             reusable.len() as u32 - 1
         };
-        for e in events {
+        for (i, e) in events.iter().enumerate() {
             let id = match e.action {
                 TraceAction::Alloc => *open.entry(e.addr).or_insert_with(|| unused.pop().unwrap_or_else(|| fresh(&mut reusable, true))),
                 TraceAction::FreeRequested => {
@@ -66,11 +80,29 @@ impl Blocks {
                 _ => NO_BLOCK,
             };
             of_entry.push(id);
+            if id != NO_BLOCK {
+                requested.resize(requested.len().max(reusable.len()), NO_BLOCK);
+                let waits = &mut requested[id as usize];
+                match e.action {
+                    TraceAction::FreeRequested => *waits = i as u32,
+                    TraceAction::FreeCompleted if *waits == NO_BLOCK => {
+                        completed_from_start.entry(u64::from(id)).or_insert(i as u32);
+                    }
+                    TraceAction::FreeCompleted => {
+                        if *waits as usize + 1 != i {
+                            completions.push((*waits, i as u32));
+                        }
+                        *waits = NO_BLOCK;
+                    }
+                    _ => {}
+                }
+            }
         }
+        completions.sort_unstable();
         for addr in start_blocks {
             at_start.entry(addr).or_insert_with(|| fresh(&mut reusable, false));
         }
-        Blocks { of_entry, count: reusable.len() as u32, at_start, open_at_end: open }
+        Blocks { of_entry, count: reusable.len() as u32, at_start, open_at_end: open, completions, completed_from_start }
     }
 
     /// The block entry `i` concerns, or [`NO_BLOCK`].
@@ -87,6 +119,22 @@ impl Blocks {
     /// The block live at the start at `addr`, if there is one.
     pub(crate) fn at_start(&self, addr: u64) -> Option<u32> {
         self.at_start.get(&addr).copied()
+    }
+
+    /// Where the free that the `free_requested` at `i` began completes: the
+    /// index of its `free_completed`, if the trace has one.
+    pub(crate) fn completion_of(&self, i: usize, events: &Entries) -> Option<usize> {
+        let next = i + 1;
+        if events.actions().get(next) == Some(&TraceAction::FreeCompleted) && self.of_entry[next] == self.of_entry[i] {
+            return Some(next);
+        }
+        let k = self.completions.binary_search_by_key(&(i as u32), |c| c.0).ok()?;
+        Some(self.completions[k].1 as usize)
+    }
+
+    /// Where the free of `block`, held by the start state, completes.
+    pub(crate) fn completion_from_start(&self, block: u32) -> Option<usize> {
+        self.completed_from_start.get(&u64::from(block)).map(|&j| j as usize)
     }
 
     /// The block open at `addr` after the last entry, if there is one.

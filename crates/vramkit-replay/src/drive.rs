@@ -12,6 +12,11 @@
 //!   events are left for the model's synchronisation to complete. A pair
 //!   directly before such a run is a held block too when freeing it would
 //!   have served the request that follows: then there would be no run.
+//!   Each held block's event stream is numbered by where its
+//!   `free_completed` lies, so that the model, which walks streams from the
+//!   highest handle down, frees blocks that complete together in the
+//!   trace's order: which block survives a merge depends on it (torch 2.12
+//!   orders free blocks of equal size by the age of the block object).
 //! - A run of releases is an `empty_cache()` call unless it is a retry
 //!   ladder (see `releases`), which the model repeats by itself when its
 //!   device refuses memory. Where the model is PyTorch (the recorded
@@ -71,9 +76,10 @@ pub(crate) struct Driver<'a> {
     /// Blocks that wait on an event.
     held: usize,
     /// Held blocks whose `free_completed` was left to a synchronisation
-    /// that may not come: completed after the next `malloc`.
+    /// that may not come: freed after the next `malloc`.
     overdue: Vec<StreamId>,
-    next_hold: u64,
+    /// Held blocks whose free never completes in the trace so far.
+    never_completed: u64,
     /// The private pool of each allocation and pool-segment release.
     routing: Cow<'a, PoolRouting>,
     /// The first run of releases (in a trace with private pools) that the
@@ -143,7 +149,7 @@ impl<'a> Driver<'a> {
             hold: vec![NOT_HELD; blocks.count()],
             held: 0,
             overdue: Vec::new(),
-            next_hold: 0,
+            never_completed: 0,
             routing,
             release_mismatch: None,
         }
@@ -172,10 +178,9 @@ impl<'a> Driver<'a> {
     /// events like every other hold.
     pub fn begin(&mut self, model: &mut CachingAllocator<SimDevice>) {
         for p in model.held_addresses() {
-            let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
-            self.next_hold += 1;
             let block = self.blocks.at_start(p.0);
             debug_assert!(block.is_some(), "a held block of the start state is numbered");
+            let stream = self.hold_stream(block.and_then(|b| self.blocks.completion_from_start(b)));
             if let Some(block) = block.filter(|_| model.hold_with_event(p, stream).is_ok()) {
                 self.set_hold(block, stream);
             }
@@ -194,6 +199,23 @@ impl<'a> Driver<'a> {
             RECORDED => Some(recorded),
             FAILED => None,
             addr => Some(addr),
+        }
+    }
+
+    /// The stream of the event a held block waits on, whose free completes
+    /// at entry `completion`: `HOLD_STREAM_BASE + entries - completion`, so
+    /// the model (which walks streams from the highest handle down, in
+    /// `process_events` and in a synchronisation) frees the blocks whose
+    /// events complete together in the order of their entries, as PyTorch
+    /// did. Blocks that never complete in the trace get handles above those.
+    fn hold_stream(&mut self, completion: Option<usize>) -> StreamId {
+        let entries = self.events.len() as u64;
+        match completion {
+            Some(j) => StreamId(HOLD_STREAM_BASE + entries - j as u64),
+            None => {
+                self.never_completed += 1;
+                StreamId(HOLD_STREAM_BASE + entries + self.never_completed)
+            }
         }
     }
 
@@ -221,9 +243,7 @@ impl<'a> Driver<'a> {
                     None => model.malloc(e.size, StreamId(e.stream)),
                 };
                 model.device_mut().clear_queued_addresses();
-                for stream in self.overdue.drain(..) {
-                    model.device_mut().complete_stream(stream);
-                }
+                self.free_overdue(model);
                 self.addr[self.blocks.of(i) as usize] = got.as_ref().map_or(FAILED, |p| p.0);
                 Step::Alloc(got)
             }
@@ -241,8 +261,7 @@ impl<'a> Driver<'a> {
                     self.reading.to_mut().held_pairs.push(i);
                 }
                 if !pair || held_pair {
-                    let stream = StreamId(HOLD_STREAM_BASE + self.next_hold);
-                    self.next_hold += 1;
+                    let stream = self.hold_stream(self.blocks.completion_of(i, self.events));
                     if model.record_stream(DeviceAddr(p), stream).is_ok() {
                         self.set_hold(block, stream);
                     }
@@ -322,9 +341,7 @@ impl<'a> Driver<'a> {
             TraceAction::Oom => {
                 let failed = model.malloc(e.size, StreamId(e.stream)).is_err();
                 model.device_mut().clear_queued_addresses();
-                for stream in self.overdue.drain(..) {
-                    model.device_mut().complete_stream(stream);
-                }
+                self.free_overdue(model);
                 Step::Oom { failed }
             }
             _ => Step::Other,
@@ -376,6 +393,22 @@ impl<'a> Driver<'a> {
         // The request's own pool: a capture may route it to a private one.
         request_after(self.events, i + 2 + run)
             .is_some_and(|(j, r)| model.fits_in_cache_after_free_in(p, r.size, StreamId(r.stream), self.routing.pool(j)))
+    }
+
+    /// Frees the held blocks left to a synchronisation in the `malloc` just
+    /// replayed, if the model's did not free them. It did not run, so
+    /// PyTorch freed them at that `malloc`'s start, and they did not serve
+    /// it: freed now, not at the next `malloc`, they merge with their
+    /// neighbours before the entries that follow free those (which block
+    /// survives a merge shows under torch 2.12's tie rule).
+    fn free_overdue(&mut self, model: &mut CachingAllocator<SimDevice>) {
+        if self.overdue.is_empty() {
+            return;
+        }
+        for stream in self.overdue.drain(..) {
+            model.device_mut().complete_stream(stream);
+        }
+        model.process_events();
     }
 
     /// After the last entry: free what completed but waits for a `malloc`,
