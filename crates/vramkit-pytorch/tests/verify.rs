@@ -111,6 +111,10 @@ const PINNED: &[(&str, &str, &str, u64)] = &[
     // Held blocks completing in one malloc, freed newest hold first.
     ("2.12.0", "streams", "roundup_power2_divisions:4", 6),
     ("2.12.0", "tight+streams", "max_split_size_mb:128,roundup_power2_divisions:8", 6),
+    // Private pools, every release to 2.12 (2.13 and 2.15 verified).
+    ("2.4.1", "pools", "", 11),
+    ("2.4.1", "pools", "roundup_power2_divisions:4", 11),
+    ("2.12.0", "pools", "", 11),
 ];
 
 #[test]
@@ -122,6 +126,10 @@ fn pinned_recordings_verify_exactly() {
         let label = format!("{kind} {conf:?}");
         let case = cases(conf).into_iter().find(|c| c.label == label).unwrap_or_else(|| panic!("no case {label}"));
         let out = h.record(&random_program(seed, &case.shape), &case.setup).unwrap_or_else(|e| panic!("{e}"));
+        if let Some(dir) = std::env::var_os("VK_KEEP_RECORDINGS") {
+            let name = format!("{version}-{kind}-{conf}-{seed}.json").replace([':', ',', '[', ']', '>', ' '], "_");
+            std::fs::write(std::path::Path::new(&dir).join(name), out.snapshot.as_deref().unwrap()).expect("VK_KEEP_RECORDINGS is a writable directory");
+        }
         let file = read_recording(out.snapshot.as_deref().unwrap());
         let config = file.recorded_config(Some(rules(release)));
         let capacity = case.setup.capacity.unwrap_or(vramkit_pytorch::DEFAULT_CAPACITY);

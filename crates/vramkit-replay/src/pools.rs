@@ -39,6 +39,7 @@ use crate::trace::DeviceTrace;
 use std::collections::BTreeMap;
 use vramkit_core::snapshot::MempoolId;
 use vramkit_core::{SegmentInfo, TraceAction};
+use vramkit_trace::Entries;
 
 const DEFAULT: MempoolId = (0, 0);
 
@@ -71,6 +72,10 @@ struct Span {
     freed: Option<usize>,
     named: bool,
     entries: Vec<usize>,
+    /// An allocation placed in it followed frees completed by that
+    /// `malloc`'s `process_events()`, which PyTorch skips while a capture
+    /// is underway: the segment is the default pools'.
+    after_process_events: bool,
 }
 
 impl PoolRouting {
@@ -116,6 +121,13 @@ impl PoolRouting {
         self.spans[k].entries.first().is_some_and(|&i| self.pool(i).is_some())
     }
 
+    /// Whether segment `k`, read as the default pools', may be routed to a
+    /// private pool of its own: no allocation placed in it was made while
+    /// PyTorch processed events, which shows no capture was underway.
+    pub fn may_become_private(&self, k: usize) -> bool {
+        !self.is_private(k) && !self.spans[k].after_process_events
+    }
+
     /// Routes segment `k` (and every entry placed in it) to a private pool
     /// of its own.
     pub fn route_to_own_pool(&mut self, k: usize) {
@@ -150,6 +162,25 @@ struct Instance {
     /// `mapped` the bytes mapped now; it is released when none are left.
     expandable: bool,
     mapped: u64,
+}
+
+/// Whether the `malloc` of the `alloc` at entry `i` began by processing
+/// events: a run of `free_completed` entries directly before it includes
+/// one whose `free_requested` is not directly before it (a held block,
+/// freed when its event was found complete). PyTorch skips that while any
+/// capture is underway.
+fn after_process_events(events: &Entries, i: usize) -> bool {
+    let (actions, addrs) = (events.actions(), events.addrs());
+    let mut j = i;
+    while j > 0 && actions[j - 1] == TraceAction::FreeCompleted {
+        j -= 1;
+        let plain = j > 0 && actions[j - 1] == TraceAction::FreeRequested && addrs[j - 1] == addrs[j];
+        if !plain {
+            return true;
+        }
+        j -= 1;
+    }
+    false
 }
 
 /// Whether the snapshot shows a private pool: a segment at either end of
@@ -245,9 +276,18 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
             }
         }
     }
+    let events = &trace.events;
     let spans = instances
         .iter()
-        .map(|s| Span { addr: s.addr, size: s.size, made: s.made, freed: s.freed, named: s.pool.is_some(), entries: s.entries.clone() })
+        .map(|s| Span {
+            addr: s.addr,
+            size: s.size,
+            made: s.made,
+            freed: s.freed,
+            named: s.pool.is_some(),
+            entries: s.entries.clone(),
+            after_process_events: s.entries.iter().any(|&i| events.actions()[i] == TraceAction::Alloc && after_process_events(events, i)),
+        })
         .collect();
     // Named pools first; then an unnamed segment takes the pool a replay
     // showed it in, else the pool its allocations' stream neighbours in

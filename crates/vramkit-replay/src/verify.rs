@@ -139,14 +139,19 @@ pub(crate) fn recorded_pass(prepared: &PreparedTrace<'_>, compare: Compare) -> R
     // A repair read from a symptom with another cause can make the replay
     // worse: the best replay is kept.
     let mut best: Option<(VerifyReport, (Reading, PoolRouting))> = None;
+    let mut tried = std::collections::BTreeSet::new();
     for _ in 0..POOL_PASSES {
         let (report, judged, repair) = one_pass(prepared, compare, &overrides)?;
         if best.as_ref().is_none_or(|(b, _)| closeness(&report) > closeness(b)) {
             best = Some((report, judged));
         }
+        // Each routing of a segment is tried once: a later replay may show
+        // a segment routed one way belongs the other (once).
         let mut repaired = false;
-        for (segment, pool) in repair {
-            if !overrides.contains_key(&segment) {
+        for (routed, otherwise) in repair {
+            let next = Some(routed).filter(|r| !tried.contains(r)).or(otherwise.filter(|r| !tried.contains(r)));
+            if let Some((segment, pool)) = next {
+                tried.insert((segment, pool));
                 overrides.insert(segment, pool);
                 repaired = true;
             }
@@ -176,7 +181,13 @@ struct Repair {
     at: usize,
     segment: usize,
     pool: MempoolId,
+    /// Another reading of the same symptom, tried once this one was.
+    otherwise: Option<(usize, MempoolId)>,
 }
+
+/// A segment routed to a pool (see [`Repair`]), and the routing to try
+/// instead once that one was tried.
+type Routed = ((usize, MempoolId), Option<(usize, MempoolId)>);
 
 /// One replay under the recorded settings, with `overrides`; also the
 /// first segments whose pool the snapshot does not name that the replay
@@ -186,7 +197,7 @@ fn one_pass(
     prepared: &PreparedTrace<'_>,
     compare: Compare,
     overrides: &Overrides,
-) -> Result<(VerifyReport, (Reading, PoolRouting), Vec<(usize, MempoolId)>), ReplayError> {
+) -> Result<(VerifyReport, (Reading, PoolRouting), Vec<Routed>), ReplayError> {
     let (trace, config, start) = (prepared.trace(), prepared.recorded(), prepared.start());
     let (capacity_bytes, inferred) = (prepared.recorded_capacity(), prepared.inferred_capacity());
     let capacity = capacity_bytes.or(inferred);
@@ -215,7 +226,7 @@ fn one_pass(
         // request there. Such a segment is routed to a pool of its own
         // before the request is replayed.
         if e.action == TraceAction::Alloc && first_divergence.is_none() {
-            if let Some(k) = driver.routing().made_by(i).filter(|&k| !driver.routing().is_private(k)) {
+            if let Some(k) = driver.routing().made_by(i).filter(|&k| driver.routing().may_become_private(k)) {
                 model.process_events();
                 if model.fits_in_cache(e.size, StreamId(e.stream)) || grows_instead(&model, e) {
                     driver.route_to_own_pool(k);
@@ -321,7 +332,7 @@ fn one_pass(
         first_divergence,
         segment_divergence,
     };
-    Ok((report, judged, repairs.into_iter().map(|r| (r.segment, r.pool)).collect()))
+    Ok((report, judged, repairs.into_iter().map(|r| ((r.segment, r.pool), r.otherwise)).collect()))
 }
 
 /// Whether the default pools hold an expandable segment that request `e`
@@ -335,14 +346,19 @@ fn grows_instead(model: &CachingAllocator<SimDevice>, e: Entry) -> bool {
 
 /// The model placed the `alloc` at entry `i` at `got`, not where PyTorch
 /// did. If `got` lies in a segment read as the default pools' that the
-/// snapshot does not name, that segment was a private pool's; else, if
-/// PyTorch's own segment is one, it was.
+/// snapshot does not name, that segment was a private pool's, or else
+/// PyTorch's own segment was (tried second); if only PyTorch's segment is
+/// such a one, it was.
 fn misplaced(routing: &PoolRouting, i: usize, got: u64) -> Option<Repair> {
-    let own = |k: usize| Repair { at: i, segment: k, pool: PoolRouting::own_pool(k) };
-    if let Some(k) = routing.unnamed_segment_at(i, got) {
-        return (!routing.is_private(k)).then(|| own(k));
-    }
-    routing.unnamed_segment_of(i).filter(|&k| !routing.is_private(k)).map(own)
+    let private = |k: usize| routing.may_become_private(k).then_some((k, PoolRouting::own_pool(k)));
+    let pytorchs = routing.unnamed_segment_of(i).and_then(private);
+    let models = routing.unnamed_segment_at(i, got).filter(|&k| !routing.is_private(k));
+    let (first, otherwise) = match models {
+        Some(k) => (private(k).or(pytorchs), pytorchs),
+        None => (pytorchs, None),
+    };
+    let (segment, pool) = first?;
+    Some(Repair { at: i, segment, pool, otherwise: otherwise.filter(|&o| o != (segment, pool)) })
 }
 
 /// The segment events first differ at position `at` (among the trace's
@@ -353,13 +369,13 @@ fn misplaced(routing: &PoolRouting, i: usize, got: u64) -> Option<Repair> {
 fn released_wrong(routing: &PoolRouting, events: &Entries, at: usize, got: Option<&SegmentEvent>) -> Option<Repair> {
     let t = events.actions().iter().enumerate().filter(|(_, &a)| is_segment_event(a)).nth(at).map(|(t, _)| t)?;
     if let Some(&(TraceAction::SegmentFree, addr, _)) = got {
-        if let Some(k) = routing.unnamed_segment_at(t, addr).filter(|&k| !routing.is_private(k)) {
-            return Some(Repair { at: t, segment: k, pool: PoolRouting::own_pool(k) });
+        if let Some(k) = routing.unnamed_segment_at(t, addr).filter(|&k| routing.may_become_private(k)) {
+            return Some(Repair { at: t, segment: k, pool: PoolRouting::own_pool(k), otherwise: None });
         }
     }
     let k = routing.unnamed_segment_of(t).filter(|_| events.actions()[t] == TraceAction::SegmentFree)?;
     let pool = if routing.is_private(k) { DEFAULT_POOL } else { PoolRouting::own_pool(k) };
-    Some(Repair { at: t, segment: k, pool })
+    (pool == DEFAULT_POOL || routing.may_become_private(k)).then_some(Repair { at: t, segment: k, pool, otherwise: None })
 }
 
 /// PyTorch's `empty_cache()` at `at` released `recorded`, where the model
@@ -372,21 +388,21 @@ fn released_otherwise(routing: &PoolRouting, (at, recorded, model): &crate::driv
     let early: Vec<Repair> = model
         .iter()
         .filter(|r| !recorded.contains(r))
-        .filter_map(|&(_, addr, _)| routing.unnamed_segment_at(*at, addr).filter(|&k| !routing.is_private(k)))
-        .map(|k| Repair { at: *at, segment: k, pool: PoolRouting::own_pool(k) })
+        .filter_map(|&(_, addr, _)| routing.unnamed_segment_at(*at, addr).filter(|&k| routing.may_become_private(k)))
+        .map(|k| Repair { at: *at, segment: k, pool: PoolRouting::own_pool(k), otherwise: None })
         .collect();
     if !early.is_empty() {
         return early;
     }
     let p = recorded.iter().zip(model).position(|(a, b)| a != b).unwrap_or(recorded.len().min(model.len()));
     if let Some(&(_, addr, _)) = model.get(p) {
-        if let Some(k) = routing.unnamed_segment_at(*at, addr).filter(|&k| !routing.is_private(k)) {
-            return vec![Repair { at: *at, segment: k, pool: PoolRouting::own_pool(k) }];
+        if let Some(k) = routing.unnamed_segment_at(*at, addr).filter(|&k| routing.may_become_private(k)) {
+            return vec![Repair { at: *at, segment: k, pool: PoolRouting::own_pool(k), otherwise: None }];
         }
     }
     let Some(&(_, addr, _)) = recorded.get(p) else { return Vec::new() };
     let k = routing.unnamed_segment_released_at_or_after(*at, addr).filter(|&k| routing.is_private(k));
-    k.map(|k| Repair { at: *at, segment: k, pool: DEFAULT_POOL }).into_iter().collect()
+    k.map(|k| Repair { at: *at, segment: k, pool: DEFAULT_POOL, otherwise: None }).into_iter().collect()
 }
 
 /// The default pools' id.
