@@ -57,6 +57,16 @@ pub const SETTINGS: &[&str] = &[
     "garbage_collection_threshold:0.8,max_split_size_mb:100",
 ];
 
+/// Writes a recording to `$VK_KEEP_RECORDINGS` (a directory), if set, as
+/// `<what>.json` (spaces and punctuation made `_`), to look at with
+/// `vramkit verify`.
+pub fn keep_recording(what: &str, json: &str) {
+    if let Some(dir) = std::env::var_os("VK_KEEP_RECORDINGS") {
+        let name: String = what.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '+' || c == '-' { c } else { '_' }).collect();
+        std::fs::write(std::path::Path::new(&dir).join(format!("{name}.json")), json).expect("VK_KEEP_RECORDINGS is a writable directory");
+    }
+}
+
 /// A recording of PyTorch's, read as `vramkit verify` reads a file.
 pub fn read_recording(json: &str) -> SnapshotFile {
     vramkit_trace::read_snapshot_bytes(json.as_bytes()).unwrap_or_else(|e| panic!("vramkit cannot read PyTorch's recording: {e}"))

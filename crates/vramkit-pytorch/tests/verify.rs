@@ -2,7 +2,7 @@
 //! event and end state exact, for every release built, every setting, and
 //! every kind of program (`support::cases`).
 
-use crate::support::{cases, harness, read_recording, releases, rules, seeds, SETTINGS};
+use crate::support::{cases, harness, keep_recording, read_recording, releases, rules, seeds, SETTINGS};
 use vramkit_pytorch::random_program;
 use vramkit_replay::DeviceTrace;
 
@@ -40,7 +40,7 @@ fn recordings_verify_exactly() {
         let Some(h) = harness(release) else { continue };
         for conf in SETTINGS {
             for case in cases(conf) {
-                let mut bad = 0;
+                let mut bad = Vec::new();
                 let n = seeds(2);
                 for seed in 0..n {
                     let program = random_program(seed, &case.shape);
@@ -69,19 +69,20 @@ fn recordings_verify_exactly() {
                         let v = vramkit_replay::verify_with_capacity(&trace, &config, Some(capacity))
                             .unwrap_or_else(|e| panic!("{release} {} seed {seed}: {e}", case.label));
                         if !v.passed() {
-                            bad += 1;
+                            bad.push(seed);
+                            keep_recording(&format!("{} {} {seed}", release.version, case.label), out.snapshot.as_deref().unwrap());
                             if known_pool_gap(&case.label) {
                                 pool_gap_divergences += 1;
                             } else if known_gap(&case.label) {
                                 gap_divergences += 1;
-                            } else if bad == 1 {
+                            } else if bad.len() == 1 {
                                 failures.push(format!("{release} {} seed {seed}: {:?}", case.label, v.first_divergence));
                             }
                         }
                     }
                 }
-                if bad > 0 {
-                    report.push(format!("{release} {}: {bad} of {n} diverge", case.label));
+                if !bad.is_empty() {
+                    report.push(format!("{release} {}: {} of {n} diverge (seeds {bad:?})", case.label, bad.len()));
                 }
             }
         }
@@ -126,10 +127,7 @@ fn pinned_recordings_verify_exactly() {
         let label = format!("{kind} {conf:?}");
         let case = cases(conf).into_iter().find(|c| c.label == label).unwrap_or_else(|| panic!("no case {label}"));
         let out = h.record(&random_program(seed, &case.shape), &case.setup).unwrap_or_else(|e| panic!("{e}"));
-        if let Some(dir) = std::env::var_os("VK_KEEP_RECORDINGS") {
-            let name = format!("{version}-{kind}-{conf}-{seed}.json").replace([':', ',', '[', ']', '>', ' '], "_");
-            std::fs::write(std::path::Path::new(&dir).join(name), out.snapshot.as_deref().unwrap()).expect("VK_KEEP_RECORDINGS is a writable directory");
-        }
+        keep_recording(&format!("{version}-{label}-{seed}"), out.snapshot.as_deref().unwrap());
         let file = read_recording(out.snapshot.as_deref().unwrap());
         let config = file.recorded_config(Some(rules(release)));
         let capacity = case.setup.capacity.unwrap_or(vramkit_pytorch::DEFAULT_CAPACITY);

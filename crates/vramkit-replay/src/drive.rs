@@ -29,7 +29,7 @@
 //! which replays under other settings follow.
 
 use crate::blocks::Blocks;
-use crate::pools::{route, Overrides, PoolRouting};
+use crate::pools::{Overrides, PoolRouting};
 use crate::prepared::{Judged, PreparedTrace};
 use crate::reading::Reading;
 use crate::releases::{releases, replay_as_empty_cache, request_after, Release, ReleaseRun};
@@ -120,7 +120,7 @@ impl<'a> Driver<'a> {
                 by_sync[k] = true;
             }
         }
-        let routing = route(prepared.trace(), &prepared.start().segments, &pools);
+        let routing = prepared.route(&pools);
         let reading = Reading { entries: actions.len(), calls: Vec::new(), by_sync, held_pairs: Vec::new(), pools };
         Driver::with(prepared, prepared.runs(), Cow::Owned(reading), Cow::Owned(routing), false)
     }

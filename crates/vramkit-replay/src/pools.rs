@@ -73,8 +73,9 @@ struct Span {
     named: bool,
     entries: Vec<usize>,
     /// An allocation placed in it followed frees completed by that
-    /// `malloc`'s `process_events()`, which PyTorch skips while a capture
-    /// is underway: the segment is the default pools'.
+    /// `malloc`'s `process_events()`, which PyTorch (up to 2.12) skips
+    /// while any allocation to a private pool is underway: the segment is
+    /// the default pools'.
     after_process_events: bool,
 }
 
@@ -190,8 +191,10 @@ pub(crate) fn uses_pools(trace: &DeviceTrace, start: &[SegmentInfo]) -> bool {
 }
 
 /// Routes every entry of `trace`, whose window starts in `start` (the
-/// rebuilt start state's segments).
-pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Overrides) -> PoolRouting {
+/// rebuilt start state's segments). `pools_skip_events`: the release
+/// skips `process_events()` whenever an allocation to a private pool is
+/// underway (up to 2.12; later releases only while capturing a graph).
+pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Overrides, pools_skip_events: bool) -> PoolRouting {
     let n = trace.events.len();
     if !uses_pools(trace, start) {
         return PoolRouting::default();
@@ -286,7 +289,8 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
             freed: s.freed,
             named: s.pool.is_some(),
             entries: s.entries.clone(),
-            after_process_events: s.entries.iter().any(|&i| events.actions()[i] == TraceAction::Alloc && after_process_events(events, i)),
+            after_process_events: pools_skip_events
+                && s.entries.iter().any(|&i| events.actions()[i] == TraceAction::Alloc && after_process_events(events, i)),
         })
         .collect();
     // Named pools first; then an unnamed segment takes the pool a replay

@@ -18,7 +18,7 @@ use crate::doctor::OomExplanation;
 use crate::drive::Driver;
 use crate::metrics::Metrics;
 use crate::model::PeakState;
-use crate::pools::PoolRouting;
+use crate::pools::{Overrides, PoolRouting};
 use crate::reading::Reading;
 use crate::releases::{classify_with_capacity, ReleaseRun};
 use crate::trace::DeviceTrace;
@@ -139,6 +139,13 @@ impl<'t> PreparedTrace<'t> {
         self.top_address
     }
 
+    /// Where each allocation went (see `pools`), with the segments
+    /// `overrides` names routed as it says.
+    pub(crate) fn route(&self, overrides: &Overrides) -> PoolRouting {
+        let pools_skip_events = !self.recorded.compat.capture_guards_ask_the_stream;
+        crate::pools::route(&self.trace, &self.start.segments, overrides, pools_skip_events)
+    }
+
     /// The block each entry concerns.
     pub(crate) fn blocks(&self) -> &Blocks {
         &self.blocks
@@ -172,7 +179,7 @@ impl<'t> PreparedTrace<'t> {
                 self.trace.events.len()
             )));
         }
-        let routing = crate::pools::route(&self.trace, &self.start.segments, &reading.pools);
+        let routing = self.route(&reading.pools);
         let _ = self.judged.set(Ok(Judged { reading, routing }));
         Ok(())
     }
