@@ -15,14 +15,12 @@
 
 use crate::blocks::Blocks;
 use crate::doctor::OomExplanation;
-use crate::drive::Driver;
 use crate::metrics::Metrics;
 use crate::model::PeakState;
 use crate::pools::{Overrides, PoolRouting};
 use crate::reading::Reading;
 use crate::releases::{classify_with_capacity, ReleaseRun};
 use crate::trace::DeviceTrace;
-use crate::verify::{recorded_pass, Compare, VerifyReport};
 use crate::window::{rebuild_start, StartState};
 use crate::ReplayError;
 use std::borrow::Cow;
@@ -151,47 +149,9 @@ impl<'t> PreparedTrace<'t> {
         &self.blocks
     }
 
-    /// How the trace reads: judged the first time it is asked for, by a
-    /// replay under the recorded settings.
-    pub fn reading(&self) -> Result<&Reading, ReplayError> {
-        self.judged().map(|j| &*j.reading)
-    }
-
-    /// The reading and routing every replay follows, judged once.
-    pub(crate) fn judged(&self) -> Result<&Judged, ReplayError> {
-        self.judged
-            .get_or_init(|| {
-                let (_, reading, routing) = recorded_pass(self, Compare::Placements)?;
-                Ok(Judged { reading: Arc::new(reading), routing })
-            })
-            .as_ref()
-            .map_err(Clone::clone)
-    }
-
-    /// Follows `reading` (judged earlier for this trace under the same
-    /// recorded settings) instead of judging one. An error when it is of
-    /// another trace; ignored when a reading was judged already.
-    pub fn follow(&self, reading: Arc<Reading>) -> Result<(), ReplayError> {
-        if reading.entries != self.trace.events.len() || reading.by_sync.len() != self.trace.events.len() {
-            return Err(ReplayError::Model(format!(
-                "the reading given in ModelOptions is of another trace ({} entries, this one has {}); make it with verify::reading for this trace",
-                reading.entries,
-                self.trace.events.len()
-            )));
-        }
-        let routing = self.route(&reading.pools);
-        let _ = self.judged.set(Ok(Judged { reading, routing }));
-        Ok(())
-    }
-
-    /// `verify`: replays the trace under the recorded settings, the device
-    /// handing back the recorded addresses, and compares every placement,
-    /// the segment events and the end state with what PyTorch did. The
-    /// reading this replay judges is kept.
-    pub fn verify(&self) -> Result<VerifyReport, ReplayError> {
-        let (report, reading, routing) = recorded_pass(self, Compare::All)?;
-        let _ = self.judged.set(Ok(Judged { reading: Arc::new(reading), routing }));
-        Ok(report)
+    /// The reading and routing judged once (see `verify`), if they were.
+    pub(crate) fn judged_once(&self) -> &OnceLock<Result<Judged, ReplayError>> {
+        &self.judged
     }
 
     /// A model replay under `config` on a device of `capacity_bytes`
@@ -231,10 +191,5 @@ impl<'t> PreparedTrace<'t> {
             model.device_mut().adopt(s.address, s.total_size);
         }
         Ok(model)
-    }
-
-    /// A driver that follows the reading (judging it first if need be).
-    pub(crate) fn following_driver(&self) -> Result<Driver<'_>, ReplayError> {
-        Ok(Driver::following(self, self.judged()?))
     }
 }

@@ -8,11 +8,12 @@
 
 use crate::drive::{Driver, Step};
 use crate::pools::{Overrides, PoolRouting};
-use crate::prepared::PreparedTrace;
+use crate::prepared::{Judged, PreparedTrace};
 use crate::reading::Reading;
 use crate::releases::is_segment_event;
 use crate::trace::DeviceTrace;
 use crate::ReplayError;
+use std::sync::Arc;
 use vramkit_core::snapshot::MempoolId;
 use vramkit_core::{AllocatorConfig, BlockState, CachingAllocator, HistoryConfig, PoolKind, SegmentInfo, StreamId, TraceAction};
 use vramkit_sim::SimDevice;
@@ -112,6 +113,58 @@ pub fn verify_with_capacity(
 /// follow. See [`Reading`].
 pub fn reading(trace: &DeviceTrace, recorded: &AllocatorConfig, capacity_bytes: Option<u64>) -> Result<Reading, ReplayError> {
     PreparedTrace::new(trace, recorded.clone(), capacity_bytes)?.reading().cloned()
+}
+
+/// The replay under the recorded settings judges the reading every other
+/// replay of a prepared trace follows.
+impl PreparedTrace<'_> {
+    /// How the trace reads: judged the first time it is asked for, by a
+    /// replay under the recorded settings.
+    pub fn reading(&self) -> Result<&Reading, ReplayError> {
+        self.judged().map(|j| &*j.reading)
+    }
+
+    /// The reading and routing every replay follows, judged once.
+    pub(crate) fn judged(&self) -> Result<&Judged, ReplayError> {
+        self.judged_once()
+            .get_or_init(|| {
+                let (_, reading, routing) = recorded_pass(self, Compare::Placements)?;
+                Ok(Judged { reading: Arc::new(reading), routing })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Follows `reading` (judged earlier for this trace under the same
+    /// recorded settings) instead of judging one. An error when it is of
+    /// another trace; ignored when a reading was judged already.
+    pub fn follow(&self, reading: Arc<Reading>) -> Result<(), ReplayError> {
+        if reading.entries != self.trace().events.len() || reading.by_sync.len() != self.trace().events.len() {
+            return Err(ReplayError::Model(format!(
+                "the reading given in ModelOptions is of another trace ({} entries, this one has {}); make it with verify::reading for this trace",
+                reading.entries,
+                self.trace().events.len()
+            )));
+        }
+        let routing = self.route(&reading.pools);
+        let _ = self.judged_once().set(Ok(Judged { reading, routing }));
+        Ok(())
+    }
+
+    /// `verify`: replays the trace under the recorded settings, the device
+    /// handing back the recorded addresses, and compares every placement,
+    /// the segment events and the end state with what PyTorch did. The
+    /// reading this replay judges is kept.
+    pub fn verify(&self) -> Result<VerifyReport, ReplayError> {
+        let (report, reading, routing) = recorded_pass(self, Compare::All)?;
+        let _ = self.judged_once().set(Ok(Judged { reading: Arc::new(reading), routing }));
+        Ok(report)
+    }
+
+    /// A driver that follows the reading (judging it first if need be).
+    pub(crate) fn following_driver(&self) -> Result<Driver<'_>, ReplayError> {
+        Ok(Driver::following(self, self.judged()?))
+    }
 }
 
 /// What [`recorded_pass`] compares with the trace.
