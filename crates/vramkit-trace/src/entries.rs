@@ -144,6 +144,20 @@ impl Entries {
         [id(&self.frames), id(&self.compile_contexts), id(&self.user_metadata)]
     }
 
+    /// Column `k` of [`raw_ids`](Self::raw_ids) for entries `range` (empty
+    /// where no entry of the column has an id).
+    pub(crate) fn raw_id_column(&self, k: usize, range: std::ops::Range<usize>) -> &[u32] {
+        let column = [&self.frames, &self.compile_contexts, &self.user_metadata][k];
+        column.get(range.start.min(column.len())..range.end.min(column.len())).unwrap_or_default()
+    }
+
+    /// Whether some entry of `range` records a `time_us`.
+    pub(crate) fn any_timed(&self, range: std::ops::Range<usize>) -> bool {
+        let covered = range.start..range.end.min(self.times.len());
+        let untimed = |end: usize| self.untimed.partition_point(|&u| (u as usize) < end);
+        !covered.is_empty() && untimed(covered.end) - untimed(covered.start) < covered.len()
+    }
+
     /// The distinct stacks the entries have (each once).
     pub fn stacks(&self) -> &[Frames] {
         &self.stacks
