@@ -55,6 +55,30 @@ enum Ref {
     Fresh(usize),
 }
 
+/// A `LONG1` int's little-endian two's-complement bytes as [`Scan::int`]
+/// gives it (`None` outside -2^63..2^64).
+#[inline]
+fn long1(b: &[u8]) -> Option<(u64, bool)> {
+    match *b {
+        [] => Some((0, false)),
+        // Nine bytes: a u64 (sign byte 0), or an i64 sign-extended.
+        [.., 0] if b.len() == 9 => Some((low64(&b[..8]), false)),
+        [.., high, 0xff] if b.len() == 9 && high >= 0x80 => Some((low64(&b[..8]), true)),
+        _ if b.len() > 8 => None,
+        _ => {
+            let shift = 64 - 8 * b.len() as u32;
+            let n = ((low64(b) << shift) as i64) >> shift;
+            Some((n as u64, n < 0))
+        }
+    }
+}
+
+/// Up to 8 little-endian bytes as a u64.
+#[inline]
+fn low64(b: &[u8]) -> u64 {
+    b.iter().rev().fold(0, |n, &x| n << 8 | u64::from(x))
+}
+
 /// What the scan found: everything the commit needs.
 #[derive(Debug)]
 struct Scanned {
@@ -79,7 +103,7 @@ struct Scan<'u> {
     tree: &'u Tree,
     /// Per memo index, the schema word code of the str it holds (0: not
     /// known yet); the unpickler clears a slot it puts again.
-    key_words: &'u mut Vec<u8>,
+    key_words: &'u mut Vec<Option<Word>>,
     fresh_items: &'u mut Vec<Item>,
     fresh: &'u mut Vec<Fresh>,
     /// Memo slots this dict puts: the next `MEMOIZE` index, and each index put.
@@ -163,8 +187,9 @@ impl Scan<'_> {
         self.memo_item(index)
     }
 
+    #[inline]
     fn memo_item(&self, index: usize) -> Option<Item> {
-        if self.puts.contains(&index) {
+        if !self.puts.is_empty() && self.puts.contains(&index) {
             return None;
         }
         self.memo.get(index).copied().filter(|&item| item != Item::UNSET)
@@ -175,18 +200,22 @@ impl Scan<'_> {
     fn word_ref(&mut self) -> Option<Word> {
         let index = self.get_index()?;
         match self.key_words.get(index) {
-            Some(&code) if code != 0 => Some(Word::from_code(u32::from(code))),
-            _ => {
-                let word = Word::classify(self.tree.as_str(self.memo_item(index)?)?);
-                if index < MAX_CACHED_INDEX {
-                    if index >= self.key_words.len() {
-                        self.key_words.resize(index + 1, 0);
-                    }
-                    self.key_words[index] = word.code() as u8;
-                }
-                Some(word)
-            }
+            Some(&Some(word)) => Some(word),
+            _ => self.classify(index),
         }
+    }
+
+    /// The word memo slot `index` spells, cached for the next time.
+    #[cold]
+    fn classify(&mut self, index: usize) -> Option<Word> {
+        let word = Word::classify(self.tree.as_str(self.memo_item(index)?)?);
+        if index < MAX_CACHED_INDEX {
+            if index >= self.key_words.len() {
+                self.key_words.resize(index + 1, None);
+            }
+            self.key_words[index] = Some(word);
+        }
+        Some(word)
     }
 
     fn make(&mut self, fresh: Fresh) -> Option<usize> {
@@ -197,35 +226,39 @@ impl Scan<'_> {
         Some(self.fresh.len() - 1)
     }
 
-    /// An int opcode's value.
-    fn int(&mut self) -> Option<i128> {
+    /// An int opcode's value, if it is from -2^63 to 2^64-1: its low 64
+    /// bits, and whether it is negative.
+    #[inline]
+    fn int(&mut self) -> Option<(u64, bool)> {
         let code = self.byte()?;
         self.p += 1;
-        Some(match code {
-            op::BININT1 => i128::from(self.bytes::<1>()?[0]),
-            op::BININT2 => i128::from(u16::from_le_bytes(self.bytes()?)),
-            op::BININT => i128::from(i32::from_le_bytes(self.bytes()?)),
+        match code {
+            op::BININT1 => Some((u64::from(self.bytes::<1>()?[0]), false)),
+            op::BININT2 => Some((u64::from(u16::from_le_bytes(self.bytes()?)), false)),
+            op::BININT => {
+                let n = i32::from_le_bytes(self.bytes()?);
+                Some((i64::from(n) as u64, n < 0))
+            }
             op::LONG1 => {
                 let len = usize::from(self.bytes::<1>()?[0]);
-                let b = self.data.get(self.p..self.p + len).filter(|_| len <= 9)?;
+                let b = self.data.get(self.p..self.p + len)?;
                 self.p += len;
-                let mut raw = if b.last().is_some_and(|&x| x & 0x80 != 0) { [0xff; 16] } else { [0; 16] };
-                raw[..len].copy_from_slice(b);
-                i128::from_le_bytes(raw)
+                long1(b)
             }
-            _ => return None,
-        })
+            _ => None,
+        }
     }
 
     /// An int from 0 to 2^64-1.
+    #[inline]
     fn u64(&mut self) -> Option<u64> {
-        u64::try_from(self.int()?).ok()
+        self.int().and_then(|(bits, negative)| (!negative).then_some(bits))
     }
 
     /// An int PyTorch writes signed or unsigned, as its 64 bits.
+    #[inline]
     fn bits64(&mut self) -> Option<u64> {
-        let n = self.int()?;
-        u64::try_from(n).ok().or_else(|| i64::try_from(n).ok().map(|signed| signed as u64))
+        self.int().map(|(bits, _)| bits)
     }
 
     /// A str: one the memo holds, or a new one (with its put).
@@ -267,8 +300,7 @@ impl Scan<'_> {
     fn list(&mut self) -> Option<Ref> {
         match self.byte()? {
             op::BINGET | op::LONG_BINGET => {
-                let item = self.memo_ref()?;
-                self.tree.as_seq(item)?;
+                let item = self.memo_ref().filter(|&item| self.tree.is_seq(item))?;
                 return Some(Ref::Node(item.node_id()?));
             }
             op::EMPTY_LIST => self.p += 1,
