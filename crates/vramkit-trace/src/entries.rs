@@ -446,6 +446,7 @@ impl Entries {
     /// `ids` (stack, compile context, user metadata; 0: not recorded), which
     /// refer to this value's tables, or, while the pickle reader fills the
     /// columns, to its own nodes until the decoder resolves them.
+    #[inline]
     pub(crate) fn push_raw(&mut self, e: Entry, time_us: Option<u64>, ids: [u32; 3]) {
         let i = self.actions.len();
         self.actions.push(e.action);
