@@ -144,6 +144,20 @@ impl Entries {
         [id(&self.frames), id(&self.compile_contexts), id(&self.user_metadata)]
     }
 
+    /// Column `k` of [`raw_ids`](Self::raw_ids) for entries `range` (empty
+    /// where no entry of the column has an id).
+    pub(crate) fn raw_id_column(&self, k: usize, range: std::ops::Range<usize>) -> &[u32] {
+        let column = [&self.frames, &self.compile_contexts, &self.user_metadata][k];
+        column.get(range.start.min(column.len())..range.end.min(column.len())).unwrap_or_default()
+    }
+
+    /// Whether some entry of `range` records a `time_us`.
+    pub(crate) fn any_timed(&self, range: std::ops::Range<usize>) -> bool {
+        let covered = range.start..range.end.min(self.times.len());
+        let untimed = |end: usize| self.untimed.partition_point(|&u| (u as usize) < end);
+        !covered.is_empty() && untimed(covered.end) - untimed(covered.start) < covered.len()
+    }
+
     /// The distinct stacks the entries have (each once).
     pub fn stacks(&self) -> &[Frames] {
         &self.stacks
@@ -354,6 +368,7 @@ fn push_time(times: &mut Vec<u64>, untimed: &mut Vec<u32>, i: usize, t: Option<u
 
 /// Sets entry `i`'s id in an optional column (0: none; the column stays
 /// empty until some entry has one).
+#[inline(always)]
 fn push_id(column: &mut Vec<u32>, i: usize, id: u32) {
     if id != 0 && column.len() < i {
         column.resize(i, 0);
@@ -432,13 +447,19 @@ impl Entries {
     /// `ids` (stack, compile context, user metadata; 0: not recorded), which
     /// refer to this value's tables, or, while the pickle reader fills the
     /// columns, to its own nodes until the decoder resolves them.
+    #[inline(always)]
     pub(crate) fn push_raw(&mut self, e: Entry, time_us: Option<u64>, ids: [u32; 3]) {
         let i = self.actions.len();
         self.actions.push(e.action);
         self.addrs.push(e.addr);
         self.sizes.push(e.size);
         self.streams.push(e.stream);
-        push_time(&mut self.times, &mut self.untimed, i, time_us);
+        match time_us {
+            // Every entry so far has a time, or none has: nothing to mark.
+            Some(t) if self.times.len() == i => self.times.push(t),
+            None if self.times.is_empty() => {}
+            _ => push_time(&mut self.times, &mut self.untimed, i, time_us),
+        }
         push_id(&mut self.frames, i, ids[0]);
         push_id(&mut self.compile_contexts, i, ids[1]);
         push_id(&mut self.user_metadata, i, ids[2]);

@@ -291,6 +291,11 @@ impl Tree {
         matches!(self.node(item), Some(Node::Str { .. }))
     }
 
+    /// A list or tuple (what [`as_seq`](Self::as_seq) reads), without its items.
+    pub(crate) fn is_seq(&self, item: Item) -> bool {
+        matches!(self.node(item), Some(Node::List(_) | Node::Tuple(_)))
+    }
+
     pub(crate) fn as_str(&self, item: Item) -> Option<&str> {
         match self.node(item) {
             Some(&Node::Str { start, len }) => Some(self.text(start, len)),

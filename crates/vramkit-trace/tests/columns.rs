@@ -128,3 +128,38 @@ fn a_streamed_pickle_reads_as_the_written_one() {
     assert_eq!(read.snapshot.segments, segments);
     assert_eq!(read.snapshot.device_traces, vec![file.snapshot.device_traces[1].clone()]);
 }
+
+/// Ints of every width a pickle spells (1, 2 and 4-byte opcodes, `LONG1`
+/// of 1 to 9 bytes) and their edges.
+fn any_width() -> impl proptest::strategy::Strategy<Value = u64> {
+    use proptest::prelude::*;
+    prop_oneof![0u64..256, 256u64..65536, 0u64..1 << 31, (1u64 << 31)..1 << 40, any::<u64>(), Just(u64::MAX), Just(1 << 63), Just((1 << 63) - 1)]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Entries after the first (whose keys are memo references, read on
+    /// the columns' straight path) read as written, whatever their ints.
+    #[test]
+    fn entries_of_any_int_width_read_as_written(
+        fields in proptest::collection::vec((0usize..10, any_width(), any_width(), any_width(), proptest::option::of(any_width()), 0u8..3), 2..40),
+    ) {
+        let stacks = [stack("a", 2), stack("b", 1)];
+        let trace: Vec<TraceEntry> = fields
+            .iter()
+            .map(|&(action, addr, size, stream, time_us, frames)| {
+                let mut e = TraceEntry::new(TraceAction::ALL[action], addr, size, stream);
+                e.time_us = time_us;
+                e.frames = stacks.get(usize::from(frames)).cloned();
+                e
+            })
+            .collect();
+        let file = SnapshotFile::from_snapshot(Snapshot { segments: Vec::new(), device_traces: vec![trace] });
+        for protocol in [2, 4] {
+            let mut bytes = Vec::new();
+            write_pickle_protocol(&file, protocol, &mut bytes).expect("writes");
+            proptest::prop_assert_eq!(&read_snapshot_bytes(&bytes).expect("reads").snapshot, &file.snapshot);
+        }
+    }
+}

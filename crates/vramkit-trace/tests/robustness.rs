@@ -111,3 +111,32 @@ fn retargeted_memo_references_never_panic() {
         data[at] = original[at];
     }
 }
+
+#[test]
+fn corrupting_entries_read_on_the_straight_path_never_panics() {
+    // Entries after the first have memoized keys, actions and stacks, so
+    // they take the columns' straight path: corrupt every byte of some.
+    use std::sync::Arc;
+    use vramkit_core::snapshot::{Frame, Snapshot, TraceAction, TraceEntry};
+    let stack: vramkit_core::snapshot::Frames = Arc::from(vec![Frame { filename: "m.py".into(), line: 3, name: "f".into() }]);
+    let trace: Vec<TraceEntry> = (0..200u64)
+        .map(|i| {
+            let mut e = TraceEntry::new(TraceAction::ALL[(i % 10) as usize], (1 << 40) + i * 512, i << (i % 40), i % 3);
+            e.time_us = (i % 7 != 0).then_some(i * 1000);
+            e.frames = (i % 2 == 0).then(|| stack.clone());
+            e
+        })
+        .collect();
+    let file = vramkit_trace::SnapshotFile::from_snapshot(Snapshot { segments: Vec::new(), device_traces: vec![trace] });
+    let mut original = Vec::new();
+    vramkit_trace::write_pickle(&file, &mut original).expect("writes");
+    let middle = original.len() / 2;
+    let mut data = original.clone();
+    for at in middle..(middle + 1200).min(original.len()) {
+        for byte in [0x00, 0xff, b'h', b'j', b'K', b'J', 0x8a, b'u', b'}', b'(', 0x95] {
+            data[at] = byte;
+            let _ = read_snapshot_bytes(&data);
+        }
+        data[at] = original[at];
+    }
+}

@@ -40,8 +40,8 @@ impl Reader<'_> {
                 }
                 Ok(kept)
             };
-            let decoded = match self.row_run(items()) {
-                Some(rows) => self.rows(items(), rows, other),
+            let decoded = match self.row_run(head, tail.clone()) {
+                Some(rows) => self.rows(head, tail.clone(), rows, other),
                 None => {
                     let mut decoded = EntriesBuilder::default();
                     let mut each = || -> Result<(), SchemaErr> {

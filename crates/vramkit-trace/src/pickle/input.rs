@@ -3,7 +3,7 @@
 //! never held whole (the reader keeps only what it builds).
 
 use std::borrow::Cow;
-use std::io::{ErrorKind, Read};
+use std::io::Read;
 
 /// Bytes read from a reader at a time.
 const CHUNK: usize = 4 << 20;
@@ -71,22 +71,15 @@ impl<'a> Input<'a> {
         self.base += self.pos;
         self.pos = 0;
         let want = n.max(CHUNK);
-        while buf.len() < want {
-            let filled = buf.len();
-            buf.resize(want, 0);
-            match source.read(&mut buf[filled..]) {
-                Ok(0) => {
-                    buf.truncate(filled);
-                    self.source = None;
-                    break;
-                }
-                Ok(read) => buf.truncate(filled + read),
-                Err(e) if e.kind() == ErrorKind::Interrupted => buf.truncate(filled),
+        if buf.len() < want {
+            // Read into the spare capacity as is (nothing zeroed first).
+            let asked = (want - buf.len()) as u64;
+            match source.by_ref().take(asked).read_to_end(buf) {
+                Ok(read) if (read as u64) < asked => self.source = None,
+                Ok(_) => {}
                 Err(e) => {
-                    buf.truncate(filled);
                     self.error = Some(e);
                     self.source = None;
-                    break;
                 }
             }
         }

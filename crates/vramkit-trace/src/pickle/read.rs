@@ -92,10 +92,10 @@ pub(super) struct Unpickler<'a> {
     /// Occupied memo slots (what `MEMOIZE` uses as the next index, as CPython).
     pub(super) memo_len: usize,
     protocol: Option<u8>,
-    /// Per memo index, the [`Word`](crate::words::Word) code of the str it
-    /// holds once classified (0: not yet); for the trace entries' keys and
-    /// actions (`entry.rs`).
-    pub(super) key_words: Vec<u8>,
+    /// Per memo index, the [`Word`](crate::words::Word) the str it holds
+    /// spells, once classified (`None`: not yet); for the trace entries'
+    /// keys and actions (`entry.rs`).
+    pub(super) key_words: Vec<Option<crate::words::Word>>,
     /// Scratch space for a trace entry's new objects, their items and memo
     /// puts (`entry.rs`).
     pub(super) fresh_items: Vec<Item>,
@@ -527,7 +527,7 @@ impl<'a> Unpickler<'a> {
     /// Stores `item` in memo slot `index`.
     pub(super) fn put_item(&mut self, index: usize, item: Item) {
         if let Some(word) = self.key_words.get_mut(index) {
-            *word = 0;
+            *word = None;
         }
         let fresh = if index == self.memo.len() && index < self.input.len() {
             self.memo.push(item);

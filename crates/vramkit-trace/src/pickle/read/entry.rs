@@ -55,6 +55,72 @@ enum Ref {
     Fresh(usize),
 }
 
+/// The int opcode at `p`, if it is from -2^63 to 2^64-1: its low 64 bits,
+/// whether it is negative, and where the next opcode is.
+#[inline(always)]
+fn int_at(d: &[u8], p: usize) -> Option<(u64, bool, usize)> {
+    match *d.get(p)? {
+        op::BININT1 => Some((u64::from(*d.get(p + 1)?), false, p + 2)),
+        op::BININT2 => {
+            let &[a, b] = d.get(p + 1..p + 3)? else { return None };
+            Some((u64::from(u16::from_le_bytes([a, b])), false, p + 3))
+        }
+        op::BININT => {
+            let &[a, b, c, e] = d.get(p + 1..p + 5)? else { return None };
+            let n = i32::from_le_bytes([a, b, c, e]);
+            Some((i64::from(n) as u64, n < 0, p + 5))
+        }
+        op::LONG1 => {
+            let len = usize::from(*d.get(p + 1)?);
+            let end = p + 2 + len;
+            let (bits, negative) = match d.get(p + 2..p + 10) {
+                // Eight bytes at hand (those past the int ignored): sign-extend the int's.
+                Some(&[a, b, c, e, f, g, h, i]) if (1..=8).contains(&len) && end <= d.len() => {
+                    let shift = 64 - 8 * len as u32;
+                    let n = ((u64::from_le_bytes([a, b, c, e, f, g, h, i]) << shift) as i64) >> shift;
+                    (n as u64, n < 0)
+                }
+                _ => long1(d.get(p + 2..end)?)?,
+            };
+            Some((bits, negative, end))
+        }
+        _ => None,
+    }
+}
+
+/// The int at `*p` (see [`int_at`]), moving `*p` past it: its 64 bits if
+/// it is in range, `signed` saying whether negative ints are.
+#[inline(always)]
+fn int_field(d: &[u8], p: &mut usize, signed: bool) -> Option<u64> {
+    let (bits, negative, next) = int_at(d, *p)?;
+    *p = next;
+    (signed || !negative).then_some(bits)
+}
+
+/// A `LONG1` int's little-endian two's-complement bytes as [`int_at`]
+/// gives it (`None` outside -2^63..2^64).
+#[inline]
+fn long1(b: &[u8]) -> Option<(u64, bool)> {
+    match *b {
+        [] => Some((0, false)),
+        // Nine bytes: a u64 (sign byte 0), or an i64 sign-extended.
+        [.., 0] if b.len() == 9 => Some((low64(&b[..8]), false)),
+        [.., high, 0xff] if b.len() == 9 && high >= 0x80 => Some((low64(&b[..8]), true)),
+        _ if b.len() > 8 => None,
+        _ => {
+            let shift = 64 - 8 * b.len() as u32;
+            let n = ((low64(b) << shift) as i64) >> shift;
+            Some((n as u64, n < 0))
+        }
+    }
+}
+
+/// Up to 8 little-endian bytes as a u64.
+#[inline]
+fn low64(b: &[u8]) -> u64 {
+    b.iter().rev().fold(0, |n, &x| n << 8 | u64::from(x))
+}
+
 /// What the scan found: everything the commit needs.
 #[derive(Debug)]
 struct Scanned {
@@ -79,7 +145,7 @@ struct Scan<'u> {
     tree: &'u Tree,
     /// Per memo index, the schema word code of the str it holds (0: not
     /// known yet); the unpickler clears a slot it puts again.
-    key_words: &'u mut Vec<u8>,
+    key_words: &'u mut Vec<Option<Word>>,
     fresh_items: &'u mut Vec<Item>,
     fresh: &'u mut Vec<Fresh>,
     /// Memo slots this dict puts: the next `MEMOIZE` index, and each index put.
@@ -88,10 +154,12 @@ struct Scan<'u> {
 }
 
 impl Scan<'_> {
+    #[inline(always)]
     fn byte(&self) -> Option<u8> {
         self.data.get(self.p).copied()
     }
 
+    #[inline(always)]
     fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
         let b = self.data.get(self.p..self.p + N)?;
         self.p += N;
@@ -114,7 +182,16 @@ impl Scan<'_> {
     }
 
     /// An optional memo put; slots already taken (or taken by this dict) are left to the generic path.
+    #[inline(always)]
     fn put(&mut self) -> Option<Put> {
+        match self.byte() {
+            Some(op::MEMOIZE | op::BINPUT | op::LONG_BINPUT) => self.put_slot(),
+            _ => Some(Put::None),
+        }
+    }
+
+    /// The memo put next (one of its opcodes), unless its slot is taken.
+    fn put_slot(&mut self) -> Option<Put> {
         let index = match self.byte() {
             Some(op::MEMOIZE) => {
                 self.p += 1;
@@ -141,7 +218,7 @@ impl Scan<'_> {
     }
 
     /// The memo index a `BINGET`/`LONG_BINGET` refers to.
-    #[inline]
+    #[inline(always)]
     fn get_index(&mut self) -> Option<usize> {
         match self.byte()? {
             op::BINGET => {
@@ -158,35 +235,41 @@ impl Scan<'_> {
     }
 
     /// A memo reference to an item stored before this dict.
+    #[inline(always)]
     fn memo_ref(&mut self) -> Option<Item> {
         let index = self.get_index()?;
         self.memo_item(index)
     }
 
+    #[inline(always)]
     fn memo_item(&self, index: usize) -> Option<Item> {
-        if self.puts.contains(&index) {
+        if !self.puts.is_empty() && self.puts.contains(&index) {
             return None;
         }
         self.memo.get(index).copied().filter(|&item| item != Item::UNSET)
     }
 
     /// A memo reference to a str naming a schema word (cached per memo index).
-    #[inline]
+    #[inline(always)]
     fn word_ref(&mut self) -> Option<Word> {
         let index = self.get_index()?;
         match self.key_words.get(index) {
-            Some(&code) if code != 0 => Some(Word::from_code(u32::from(code))),
-            _ => {
-                let word = Word::classify(self.tree.as_str(self.memo_item(index)?)?);
-                if index < MAX_CACHED_INDEX {
-                    if index >= self.key_words.len() {
-                        self.key_words.resize(index + 1, 0);
-                    }
-                    self.key_words[index] = word.code() as u8;
-                }
-                Some(word)
-            }
+            Some(&Some(word)) => Some(word),
+            _ => self.classify(index),
         }
+    }
+
+    /// The word memo slot `index` spells, cached for the next time.
+    #[cold]
+    fn classify(&mut self, index: usize) -> Option<Word> {
+        let word = Word::classify(self.tree.as_str(self.memo_item(index)?)?);
+        if index < MAX_CACHED_INDEX {
+            if index >= self.key_words.len() {
+                self.key_words.resize(index + 1, None);
+            }
+            self.key_words[index] = Some(word);
+        }
+        Some(word)
     }
 
     fn make(&mut self, fresh: Fresh) -> Option<usize> {
@@ -195,37 +278,6 @@ impl Scan<'_> {
         }
         self.fresh.push(fresh);
         Some(self.fresh.len() - 1)
-    }
-
-    /// An int opcode's value.
-    fn int(&mut self) -> Option<i128> {
-        let code = self.byte()?;
-        self.p += 1;
-        Some(match code {
-            op::BININT1 => i128::from(self.bytes::<1>()?[0]),
-            op::BININT2 => i128::from(u16::from_le_bytes(self.bytes()?)),
-            op::BININT => i128::from(i32::from_le_bytes(self.bytes()?)),
-            op::LONG1 => {
-                let len = usize::from(self.bytes::<1>()?[0]);
-                let b = self.data.get(self.p..self.p + len).filter(|_| len <= 9)?;
-                self.p += len;
-                let mut raw = if b.last().is_some_and(|&x| x & 0x80 != 0) { [0xff; 16] } else { [0; 16] };
-                raw[..len].copy_from_slice(b);
-                i128::from_le_bytes(raw)
-            }
-            _ => return None,
-        })
-    }
-
-    /// An int from 0 to 2^64-1.
-    fn u64(&mut self) -> Option<u64> {
-        u64::try_from(self.int()?).ok()
-    }
-
-    /// An int PyTorch writes signed or unsigned, as its 64 bits.
-    fn bits64(&mut self) -> Option<u64> {
-        let n = self.int()?;
-        u64::try_from(n).ok().or_else(|| i64::try_from(n).ok().map(|signed| signed as u64))
     }
 
     /// A str: one the memo holds, or a new one (with its put).
@@ -255,6 +307,7 @@ impl Scan<'_> {
     }
 
     /// The action a str names, if vramkit models it.
+    #[inline(always)]
     fn action(&mut self) -> Option<TraceAction> {
         let word = match self.byte()? {
             op::BINGET | op::LONG_BINGET => self.word_ref()?,
@@ -264,16 +317,21 @@ impl Scan<'_> {
     }
 
     /// A list: one the memo holds, or a new one of memo references (with its put).
+    #[inline(always)]
     fn list(&mut self) -> Option<Ref> {
         match self.byte()? {
             op::BINGET | op::LONG_BINGET => {
-                let item = self.memo_ref()?;
-                self.tree.as_seq(item)?;
-                return Some(Ref::Node(item.node_id()?));
+                let item = self.memo_ref().filter(|&item| self.tree.is_seq(item))?;
+                Some(Ref::Node(item.node_id()?))
             }
-            op::EMPTY_LIST => self.p += 1,
-            _ => return None,
+            op::EMPTY_LIST => self.new_list(),
+            _ => None,
         }
+    }
+
+    /// A list made here (`EMPTY_LIST` next), of memo references, with its put.
+    fn new_list(&mut self) -> Option<Ref> {
+        self.p += 1;
         let put = self.put()?;
         let first = self.fresh_items.len();
         loop {
@@ -308,6 +366,65 @@ impl Scan<'_> {
         Some(Ref::Fresh(self.make(Fresh::List { items, put })?))
     }
 
+    /// Whether the key at `*p` is a memo reference to the str `word`
+    /// spells, already classified; if so, `*p` moves past it.
+    #[inline(always)]
+    fn key(&self, p: &mut usize, word: Word) -> bool {
+        match self.data.get(*p..*p + 2) {
+            Some(&[op::BINGET, index]) if self.key_words.get(usize::from(index)) == Some(&Some(word)) => {
+                *p += 2;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The pairs of the usual entry, from after `MARK` through `SETITEMS`,
+    /// read in one straight line: `action` (a str already seen), `addr`,
+    /// `size`, `stream`, then perhaps `time_us` and `frames` (a list
+    /// already seen), no `FRAME` between. Anything else is for the general
+    /// loop, from the `MARK` again (nothing here changes anything).
+    #[inline(always)]
+    fn usual(&self, put: Put) -> Option<Scanned> {
+        let d = self.data;
+        let mut p = self.p;
+        if !self.key(&mut p, Word::Action) {
+            return None;
+        }
+        let action = match d.get(p..p + 2) {
+            Some(&[op::BINGET, index]) => self.key_words.get(usize::from(index)).copied().flatten()?.action()?,
+            _ => return None,
+        };
+        p += 2;
+        if action == TraceAction::Oom || !self.key(&mut p, Word::Addr) {
+            return None;
+        }
+        let addr = int_field(d, &mut p, false)?;
+        if !self.key(&mut p, Word::Size) {
+            return None;
+        }
+        let size = int_field(d, &mut p, false)?;
+        if !self.key(&mut p, Word::Stream) {
+            return None;
+        }
+        let stream = int_field(d, &mut p, true)?;
+        let time_us = if self.key(&mut p, Word::TimeUs) { Some(int_field(d, &mut p, true)?) } else { None };
+        let mut refs = [Ref::None; 3];
+        if self.key(&mut p, Word::Frames) {
+            let index = match d.get(p..p + 2) {
+                Some(&[op::BINGET, index]) => usize::from(index),
+                _ => return None,
+            };
+            let item = self.memo_item(index).filter(|&item| self.tree.is_seq(item))?;
+            refs[0] = Ref::Node(item.node_id()?);
+            p += 2;
+        }
+        if *d.get(p)? != op::SETITEMS {
+            return None;
+        }
+        Some(Scanned { end: p + 1, put, entry: Entry { action, addr, size, stream }, time_us, refs })
+    }
+
     /// The whole dict, from `EMPTY_DICT` through `SETITEMS`.
     fn dict(&mut self) -> Option<Scanned> {
         if self.byte()? != op::EMPTY_DICT {
@@ -320,27 +437,65 @@ impl Scan<'_> {
             return None;
         }
         self.p += 1;
+        if let Some(found) = self.usual(put) {
+            return Some(found);
+        }
         let (mut action, mut addr, mut device_free, mut size, mut stream, mut time_us) = (None, None, None, None, None, None);
         let mut refs = [Ref::None; 3];
+        // The window and position in locals (kept in registers); `self.p`
+        // is synced around the calls that read it.
+        let d = self.data;
+        let mut p = self.p;
         loop {
-            self.frames()?;
-            if self.byte()? == op::SETITEMS {
-                self.p += 1;
-                break;
-            }
-            match self.word_ref()? {
-                Word::Action => action = Some(self.action()?),
-                Word::Addr => addr = Some(self.u64()?),
-                Word::DeviceFree => device_free = Some(self.u64()?),
-                Word::Size => size = Some(self.u64()?),
-                Word::Stream => stream = Some(self.bits64()?),
-                Word::TimeUs => time_us = Some(self.bits64()?),
-                Word::CompileContext => refs[1] = self.str()?.0,
-                Word::UserMetadata => refs[2] = self.str()?.0,
-                Word::Frames => refs[0] = self.list()?,
-                _ => return None,
+            let word = match *d.get(p)? {
+                op::BINGET => match d.get(p + 1).and_then(|&i| self.key_words.get(usize::from(i))) {
+                    Some(&Some(word)) => {
+                        p += 2;
+                        word
+                    }
+                    _ => {
+                        self.p = p;
+                        let word = self.word_ref()?;
+                        p = self.p;
+                        word
+                    }
+                },
+                op::SETITEMS => {
+                    p += 1;
+                    break;
+                }
+                code => {
+                    self.p = p;
+                    if code == op::FRAME {
+                        self.frames()?;
+                        p = self.p;
+                        continue;
+                    }
+                    let word = self.word_ref()?;
+                    p = self.p;
+                    word
+                }
+            };
+            match word {
+                Word::Addr => addr = Some(int_field(d, &mut p, false)?),
+                Word::DeviceFree => device_free = Some(int_field(d, &mut p, false)?),
+                Word::Size => size = Some(int_field(d, &mut p, false)?),
+                Word::Stream => stream = Some(int_field(d, &mut p, true)?),
+                Word::TimeUs => time_us = Some(int_field(d, &mut p, true)?),
+                _ => {
+                    self.p = p;
+                    match word {
+                        Word::Action => action = Some(self.action()?),
+                        Word::CompileContext => refs[1] = self.str()?.0,
+                        Word::UserMetadata => refs[2] = self.str()?.0,
+                        Word::Frames => refs[0] = self.list()?,
+                        _ => return None,
+                    }
+                    p = self.p;
+                }
             }
         }
+        self.p = p;
         let action = action?;
         let addr = match (action, addr, device_free) {
             (TraceAction::Oom, None, Some(free)) => free,
@@ -361,7 +516,26 @@ impl Unpickler<'_> {
     /// Reads the dict whose `EMPTY_DICT` is at window index `start` into a
     /// row of `entry_rows` and pushes its item, if it is a trace entry of
     /// the usual form (see the module); false, having changed nothing, if not.
+    ///
+    /// Then the entries right after it, while they are of the usual form
+    /// too (a device's trace is one after the other): the next opcode is
+    /// read here rather than by the unpickler's loop.
     pub(super) fn entry(&mut self, start: usize) -> bool {
+        if !self.one_entry(start) {
+            return false;
+        }
+        loop {
+            self.input.ensure(super::AHEAD);
+            let next = self.input.pos;
+            if self.input.data().get(next) != Some(&op::EMPTY_DICT) || !self.one_entry(next) {
+                return true;
+            }
+        }
+    }
+
+    /// One entry, as [`entry`](Self::entry) says.
+    #[inline(always)]
+    fn one_entry(&mut self, start: usize) -> bool {
         // Ids are stored plus 1 in 32 bits.
         if self.tree.nodes.len() + MAX_FRESH >= u32::MAX as usize {
             return false;
