@@ -59,6 +59,9 @@ pub(crate) struct PoolRouting {
     segment: Vec<Option<usize>>,
     /// Every segment seen.
     spans: Vec<Span>,
+    /// Rule out private pools for segments seen serving a `malloc` that
+    /// processed events (see [`PoolRouting::may_become_private`]).
+    events_rule_out_pools: bool,
 }
 
 /// One segment's life: where it lies, the entries that made and freed it
@@ -73,9 +76,7 @@ struct Span {
     named: bool,
     entries: Vec<usize>,
     /// An allocation placed in it followed frees completed by that
-    /// `malloc`'s `process_events()`, which PyTorch (up to 2.12) skips
-    /// while any allocation to a private pool is underway: the segment is
-    /// the default pools'.
+    /// `malloc`'s `process_events()` (see [`PoolRouting::may_become_private`]).
     after_process_events: bool,
 }
 
@@ -123,10 +124,24 @@ impl PoolRouting {
     }
 
     /// Whether segment `k`, read as the default pools', may be routed to a
-    /// private pool of its own: no allocation placed in it was made while
-    /// PyTorch processed events, which shows no capture was underway.
+    /// private pool of its own: not where an allocation placed in it was
+    /// made by a `malloc` that processed events, which PyTorch (up to 2.12)
+    /// skips while any allocation to a private pool is underway, unless
+    /// that rule was relaxed.
     pub fn may_become_private(&self, k: usize) -> bool {
-        !self.is_private(k) && !self.spans[k].after_process_events
+        !self.is_private(k) && !(self.events_rule_out_pools && self.spans[k].after_process_events)
+    }
+
+    /// Whether relaxing the event rule would allow anything more.
+    pub fn relaxes_anything(&self) -> bool {
+        self.events_rule_out_pools && self.spans.iter().any(|s| !s.named && s.after_process_events)
+    }
+
+    /// Lets segments seen serving a `malloc` that processed events be
+    /// routed to private pools too: what the trace shows is not always
+    /// what PyTorch's rule implies (a search `verify` makes second).
+    pub fn relax_event_rule(&mut self) {
+        self.events_rule_out_pools = false;
     }
 
     /// Routes segment `k` (and every entry placed in it) to a private pool
@@ -289,8 +304,7 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
             freed: s.freed,
             named: s.pool.is_some(),
             entries: s.entries.clone(),
-            after_process_events: pools_skip_events
-                && s.entries.iter().any(|&i| events.actions()[i] == TraceAction::Alloc && after_process_events(events, i)),
+            after_process_events: s.entries.iter().any(|&i| events.actions()[i] == TraceAction::Alloc && after_process_events(events, i)),
         })
         .collect();
     // Named pools first; then an unnamed segment takes the pool a replay
@@ -320,5 +334,5 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
             pools[i] = Some(pool.unwrap_or(DEFAULT));
         }
     }
-    PoolRouting { pools: pools.into_iter().map(|p| p.filter(|&p| p != DEFAULT)).collect(), segment: label, spans }
+    PoolRouting { pools: pools.into_iter().map(|p| p.filter(|&p| p != DEFAULT)).collect(), segment: label, spans, events_rule_out_pools: pools_skip_events }
 }
