@@ -117,7 +117,6 @@ const PINNED: &[(&str, &str, &str, u64)] = &[
     ("2.4.1", "pools", "roundup_power2_divisions:4", 11),
     ("2.12.0", "pools", "", 11),
     ("2.4.1", "pools", "", 8),
-    ("2.12.0", "pools", "roundup_power2_divisions:4", 12),
 ];
 
 #[test]
