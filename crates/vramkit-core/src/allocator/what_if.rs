@@ -162,7 +162,7 @@ impl<D: Device> CachingAllocator<D> {
     /// allocated at `ptr` were freed first (merging with its free
     /// neighbours)? `false` when `ptr` is not allocated. Changes nothing.
     pub fn fits_in_cache_after_free(&self, ptr: DeviceAddr, size: u64, stream: StreamId) -> bool {
-        let Some(id) = self.allocated.get(ptr.0) else { return false };
+        let Some(id) = self.allocated_block(ptr) else { return false };
         let block = &self.blocks[id];
         // A block on another stream or in another pool is never a candidate,
         // so freeing it changes nothing: no copy needed.
