@@ -103,6 +103,7 @@ impl<D: Device> CachingAllocator<D> {
         Error::OutOfMemory(Box::new(OutOfMemoryError::more_than_one_exabyte(self.device_index, orig_size)))
     }
 
+    #[inline]
     pub(crate) fn alloc_params(&self, orig_size: u64, stream: StreamId) -> AllocParams {
         let size = round_size(orig_size, &self.config.roundup_power2_divisions);
         let pool = self.get_pool(size, stream);
