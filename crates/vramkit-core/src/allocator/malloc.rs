@@ -331,6 +331,7 @@ impl<D: Device> CachingAllocator<D> {
     /// allocated for `params` and in the address map: history and
     /// statistics (`peak`: whether they may reach new peaks).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)] // each caller has them at hand; reading them back costs the pair
     pub(crate) fn hand_out(
         &mut self,
         params: &AllocParams,
