@@ -96,6 +96,8 @@ pub extern "C" fn vramkit_free(ptr: *mut c_void, size: usize, device: c_int, str
         let call = "vramkit_free";
         let result = match registry.existing(device) {
             Some(front) => match front.free(addr, size) {
+                // The pair's path: nothing to report, no result to carry on.
+                Ok(()) => return,
                 Err(Error::UnknownPointer { .. } | Error::DoubleFree { .. }) if registry.owner_of(addr, Some(device)).is_some() => {
                     free_on_owner(registry, addr, size, device)
                 }

@@ -53,6 +53,10 @@ impl OnPanic for u64 {
 /// `AssertUnwindSafe` is sound here: the only state shared across a panic is
 /// behind mutexes (poisoned by the panic, and a poisoned allocator refuses
 /// changes) or atomics.
+///
+/// Inlined into each entry point, so the body is not a closure called
+/// through a second frame (the malloc/free pair pays for every call).
+#[inline(always)]
 pub(crate) fn boundary<T: OnPanic>(entry_point: &'static str, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(value) => value,

@@ -59,9 +59,10 @@ impl<V: Copy> AddrMap<V> {
         (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
     }
 
-    /// The slot holding `addr`, if any.
+    /// The slot holding `addr`, if any: for `at` and `remove_found`,
+    /// while the map does not change.
     #[inline]
-    fn find(&self, addr: u64) -> Option<usize> {
+    pub(crate) fn find(&self, addr: u64) -> Option<usize> {
         let mask = self.mask();
         let mut i = self.home(addr);
         loop {
@@ -88,7 +89,13 @@ impl<V: Copy> AddrMap<V> {
     /// The value at `addr`.
     #[inline]
     pub fn get(&self, addr: u64) -> Option<V> {
-        self.slots[self.find(addr)?].map(|(_, v)| v)
+        Some(self.at(self.find(addr)?))
+    }
+
+    /// The value in a slot `find` gave.
+    #[inline]
+    pub(crate) fn at(&self, slot: usize) -> V {
+        self.slots[slot].expect("a slot find gave").1
     }
 
     /// Whether `addr` is in the map.
@@ -120,8 +127,13 @@ impl<V: Copy> AddrMap<V> {
     /// Takes `addr` out; its value, if it was there.
     #[inline]
     pub fn remove(&mut self, addr: u64) -> Option<V> {
-        let mut hole = self.find(addr)?;
-        let (_, value) = self.slots[hole]?;
+        Some(self.remove_found(self.find(addr)?))
+    }
+
+    /// Takes out the entry in a slot `find` gave; its value.
+    #[inline]
+    pub(crate) fn remove_found(&mut self, mut hole: usize) -> V {
+        let value = self.at(hole);
         let mask = self.mask();
         let mut j = hole;
         loop {
@@ -137,7 +149,7 @@ impl<V: Copy> AddrMap<V> {
         }
         self.slots[hole] = None;
         self.len -= 1;
-        Some(value)
+        value
     }
 
     /// Takes every entry out (the table keeps its size).

@@ -25,14 +25,32 @@ pub struct Stat {
     pub freed: i64,
 }
 
+/// Whether an increase may set a new peak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Peak {
+    /// Any increase.
+    MayRise,
+    /// An increase back to a value the stat had since its peak was last
+    /// reset: the request right after a free taking the same block back
+    /// (a parked free, `allocator/parked.rs`) returns the counts that free
+    /// lowered to where they were, so there is no peak to compare with.
+    Unchanged,
+}
+
 impl Stat {
     #[inline]
     pub(crate) fn increase(&mut self, amount: i64) {
+        self.increase_with(amount, Peak::MayRise);
+    }
+
+    #[inline(always)]
+    fn increase_with(&mut self, amount: i64, peak: Peak) {
         self.current += amount;
         self.allocated += amount;
+        debug_assert!(peak == Peak::MayRise || self.current <= self.peak, "an increase past the peak it was said not to reach");
         // Past the first steps of a program a new peak is rare: a branch
         // the processor predicts, and no store, beats a conditional move.
-        if self.current > self.peak {
+        if peak == Peak::MayRise && self.current > self.peak {
             self.raise_peak();
         }
     }
@@ -50,10 +68,10 @@ impl Stat {
     }
 
     /// Adds a signed change: an increase when positive, a decrease when negative.
-    #[inline]
-    pub(crate) fn add(&mut self, delta: i64) {
+    #[inline(always)]
+    fn add(&mut self, delta: i64, peak: Peak) {
         if delta >= 0 {
-            self.increase(delta)
+            self.increase_with(delta, peak)
         } else {
             self.decrease(-delta)
         }
@@ -121,25 +139,34 @@ impl StatArray {
         }
     }
 
-    /// Every update goes to the aggregate and to the block's pool kind.
-    #[inline]
-    fn add(&mut self, pool: PoolKind, delta: i64) {
-        self.all.add(delta);
+    /// The entry of a pool kind: one address computed from the kind, so
+    /// that each update below is written (and compiled) once, not per kind.
+    #[inline(always)]
+    fn of_kind(&mut self, pool: PoolKind) -> &mut Stat {
         match pool {
-            PoolKind::Small => self.small_pool.add(delta),
-            PoolKind::Large => self.large_pool.add(delta),
+            PoolKind::Small => &mut self.small_pool,
+            PoolKind::Large => &mut self.large_pool,
         }
     }
 
-    /// An increase of the aggregate and the pool's entry.
+    /// Every update goes to the aggregate and to the block's pool kind.
     #[inline]
-    fn inc(&mut self, pool: PoolKind, amount: u64) {
+    fn add(&mut self, pool: PoolKind, delta: i64) {
+        self.add_with(pool, delta, Peak::MayRise);
+    }
+
+    #[inline(always)]
+    fn add_with(&mut self, pool: PoolKind, delta: i64, peak: Peak) {
+        self.all.add(delta, peak);
+        self.of_kind(pool).add(delta, peak);
+    }
+
+    /// An increase of the aggregate and the pool's entry.
+    #[inline(always)]
+    fn inc(&mut self, pool: PoolKind, amount: u64, peak: Peak) {
         let amount = amount as i64;
-        self.all.increase(amount);
-        match pool {
-            PoolKind::Small => self.small_pool.increase(amount),
-            PoolKind::Large => self.large_pool.increase(amount),
-        }
+        self.all.increase_with(amount, peak);
+        self.of_kind(pool).increase_with(amount, peak);
     }
 
     /// A decrease of the aggregate and the pool's entry.
@@ -147,10 +174,7 @@ impl StatArray {
     fn dec(&mut self, pool: PoolKind, amount: u64) {
         let amount = amount as i64;
         self.all.decrease(amount);
-        match pool {
-            PoolKind::Small => self.small_pool.decrease(amount),
-            PoolKind::Large => self.large_pool.decrease(amount),
-        }
+        self.of_kind(pool).decrease(amount);
     }
 
     fn for_each(&mut self, f: impl Fn(&mut Stat)) {
@@ -328,7 +352,9 @@ impl DeviceStats {
         self.num_device_free += 1;
     }
 
-    /// 3.5: a block handed to the user.
+    /// 3.5: a block handed to the user. With `Peak::Unchanged` it is the
+    /// block the previous call freed, of the same size, and nothing but the
+    /// bytes requested can reach a new peak.
     #[inline(always)]
     pub(crate) fn account_block_allocated(
         &mut self,
@@ -337,18 +363,19 @@ impl DeviceStats {
         requested: u64,
         oversize: bool,
         inactive_split_delta: (i64, i64),
+        peak: Peak,
     ) {
         if inactive_split_delta != (0, 0) {
-            self.inactive_split.add(pool, inactive_split_delta.0);
-            self.inactive_split_bytes.add(pool, inactive_split_delta.1);
+            self.inactive_split.add_with(pool, inactive_split_delta.0, peak);
+            self.inactive_split_bytes.add_with(pool, inactive_split_delta.1, peak);
         }
-        self.allocation.inc(pool, 1);
-        self.allocated_bytes.inc(pool, size);
-        self.active.inc(pool, 1);
-        self.active_bytes.inc(pool, size);
-        self.requested_bytes.inc(pool, requested);
+        self.allocation.inc(pool, 1, peak);
+        self.allocated_bytes.inc(pool, size, peak);
+        self.active.inc(pool, 1, peak);
+        self.active_bytes.inc(pool, size, peak);
+        self.requested_bytes.inc(pool, requested, Peak::MayRise);
         if oversize {
-            self.oversize_allocations.increase(1);
+            self.oversize_allocations.increase_with(1, peak);
         }
     }
 

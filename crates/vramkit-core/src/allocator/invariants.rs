@@ -65,7 +65,7 @@ impl<D: Device> CachingAllocator<D> {
             let pool = &self.pools[p.pool.0 as usize].blocks;
             let pair = b.next == Some(p.next) && n.prev == Some(p.block) && (b.pool, b.stream) == (p.pool, p.stream);
             let freed = !b.is_active() && b.extras.is_none() && !pool.contains(b.stream, FreeKey::of(b), p.block);
-            let alone = b.prev.is_none_or(|q| self.blocks[q].is_active()) && self.allocated.get(b.addr).is_none();
+            let alone = b.prev.is_none_or(|q| self.blocks[q].is_active()) && self.allocated.get(b.addr) == Some(p.block);
             let neighbour = !n.is_active() && n.mapped && n.extras.is_none() && pool.contains(n.stream, FreeKey::of(n), p.next);
             if !(pair && freed && alone && neighbour && self.history.is_none()) {
                 return violation("a parked free is a freed block and its free upper neighbour", format!("{p:?}"));

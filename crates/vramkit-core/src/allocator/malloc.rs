@@ -10,6 +10,7 @@ use crate::history::ContextLevel;
 use crate::oom::OutOfMemoryError;
 use crate::rounding::{get_allocation_size, round_size, PoolKind, LARGE_SPLIT_REMAINDER, MIN_BLOCK_SIZE, ONE_EXABYTE};
 use crate::snapshot::{Frames, TraceAction};
+use crate::stats::Peak;
 
 /// One request on its way through `malloc` (PyTorch's `AllocParams`).
 #[derive(Clone, Debug)]
@@ -30,6 +31,9 @@ pub(crate) struct AllocParams {
 }
 
 impl<D: Device> CachingAllocator<D> {
+    /// 3: a request, up to the parked free it may take back; the search of
+    /// the free set and what follows is `malloc_from_pool`, out of line.
+    #[inline(always)]
     pub(crate) fn malloc_impl(
         &mut self,
         orig_size: u64,
@@ -44,16 +48,23 @@ impl<D: Device> CachingAllocator<D> {
             self.process_events_impl(&context);
         }
 
-        let mut params = self.alloc_params(orig_size, stream);
+        let params = self.alloc_params(orig_size, stream);
         if self.parked.is_some() {
             if let Some(p) = self.unparks(&params) {
                 self.count_get_free_block(params.pool);
                 let (addr, inactive_split) = self.unpark(p, &params);
-                self.hand_out(&params, p.block, addr, params.size, inactive_split, context);
+                self.hand_out(&params, p.block, addr, params.size, inactive_split, Peak::Unchanged, context);
                 return Ok(addr);
             }
             self.settle_parked();
         }
+        self.malloc_from_pool(params, context)
+    }
+
+    /// 3.1 to 3.5 with no parked free: best fit, else a new segment or the
+    /// retry ladder; then the split and the bookkeeping.
+    #[inline(never)]
+    fn malloc_from_pool(&mut self, mut params: AllocParams, context: Option<Frames>) -> Result<u64, Error> {
         // Free-memory callbacks (CUDA IPC collection in PyTorch) free nothing
         // here, so there is no second search.
         let found = self.get_free_block(&mut params);
@@ -92,6 +103,7 @@ impl<D: Device> CachingAllocator<D> {
         Error::OutOfMemory(Box::new(OutOfMemoryError::more_than_one_exabyte(self.device_index, orig_size)))
     }
 
+    #[inline]
     pub(crate) fn alloc_params(&self, orig_size: u64, stream: StreamId) -> AllocParams {
         let size = round_size(orig_size, &self.config.roundup_power2_divisions);
         let pool = self.get_pool(size, stream);
@@ -309,13 +321,17 @@ impl<D: Device> CachingAllocator<D> {
             let inactive_split = if already_split && expandable.is_none() { (-1, -(block_size as i64)) } else { (0, 0) };
             (id, block_size, inactive_split)
         };
-        self.hand_out(params, block, addr, block_size, inactive_split, context);
+        let fresh = self.allocated.insert(addr, block);
+        debug_assert!(fresh, "{addr:#x} handed out twice");
+        self.hand_out(params, block, addr, block_size, inactive_split, Peak::MayRise, context);
         (block, addr)
     }
 
     /// 3.5's bookkeeping for `block` (at `addr`, `block_size` bytes), now
-    /// allocated for `params`: history, the address map, statistics.
+    /// allocated for `params` and in the address map: history and
+    /// statistics (`peak`: whether they may reach new peaks).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)] // each caller has them at hand; reading them back costs the pair
     pub(crate) fn hand_out(
         &mut self,
         params: &AllocParams,
@@ -323,6 +339,7 @@ impl<D: Device> CachingAllocator<D> {
         addr: u64,
         block_size: u64,
         inactive_split: (i64, i64),
+        peak: Peak,
         context: Option<Frames>,
     ) {
         if let Some(h) = &self.history {
@@ -332,11 +349,10 @@ impl<D: Device> CachingAllocator<D> {
             let frames = self.trace_frames(&context, ContextLevel::Alloc);
             self.record_trace(TraceAction::Alloc, addr, params.orig_size, params.stream, frames);
         }
-        let fresh = self.allocated.insert(addr, block);
-        debug_assert!(fresh, "{addr:#x} handed out twice");
+        debug_assert_eq!(self.allocated.get(addr), Some(block), "{addr:#x} is not in the address map");
         let kind = self.pools[params.pool.0 as usize].kind;
         let oversize = block_size >= self.config.max_split_size();
-        self.stats.account_block_allocated(kind, block_size, params.orig_size, oversize, inactive_split);
+        self.stats.account_block_allocated(kind, block_size, params.orig_size, oversize, inactive_split, peak);
     }
 
     /// Puts a free block into its pool, resetting its age.

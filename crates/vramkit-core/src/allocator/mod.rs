@@ -251,6 +251,9 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// `malloc`, remembering `context` (the caller's stack) for snapshots and history.
+    /// Inlined up to the parked free it may take back (the search is out
+    /// of line): the cache-hit pair then makes no call.
+    #[inline]
     pub fn malloc_with_context(
         &mut self,
         size: u64,
@@ -287,10 +290,22 @@ impl<D: Device> CachingAllocator<D> {
         if ptr.0 == 0 {
             return Ok(0);
         }
-        let id = self.allocated.remove(ptr.0).ok_or_else(|| Error::UnknownPointer { addr: ptr })?;
-        self.settle_parked();
+        let unknown = || Error::UnknownPointer { addr: ptr };
+        let mut slot = self.allocated.find(ptr.0).ok_or_else(unknown)?;
+        let id = self.allocated.at(slot);
+        // A parked free's block keeps its entry, not allocated (`parked.rs`).
+        if !self.blocks[id].allocated {
+            return Err(unknown());
+        }
+        if self.parked.is_some() {
+            self.settle_parked();
+            slot = self.allocated.find(ptr.0).expect("an allocated block stays in the map");
+        }
         let requested = self.blocks[id].requested_size;
         self.free_impl(id, context);
+        if self.parked.is_none_or(|p| p.block != id) {
+            self.allocated.remove_found(slot);
+        }
         self.validate();
         Ok(requested)
     }
@@ -326,6 +341,9 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peak_stats(&mut self) {
+        // A parked free taken back counts on the peaks staying where they
+        // were at the free (`stats::Peak::Unchanged`).
+        self.settle_parked();
         self.stats.reset_peak();
     }
 
@@ -411,12 +429,18 @@ impl<D: Device> CachingAllocator<D> {
 
     /// The rounded size of the block at `ptr`, if it is allocated here.
     pub fn block_size(&self, ptr: DeviceAddr) -> Option<u64> {
-        self.allocated.get(ptr.0).map(|id| self.blocks[id].size)
+        self.allocated_block(ptr).map(|id| self.blocks[id].size)
     }
 
     /// The requested (unrounded) size of the block at `ptr`, if it is allocated here.
     pub fn requested_size(&self, ptr: DeviceAddr) -> Option<u64> {
-        self.allocated.get(ptr.0).map(|id| self.blocks[id].requested_size)
+        self.allocated_block(ptr).map(|id| self.blocks[id].requested_size)
+    }
+
+    /// The allocated block at `ptr`: in the address map, and not a parked
+    /// free's block (which keeps its entry, `parked.rs`).
+    pub(crate) fn allocated_block(&self, ptr: DeviceAddr) -> Option<BlockId> {
+        self.allocated.get(ptr.0).filter(|&id| self.blocks[id].allocated)
     }
 
     /// Frees the blocks whose stream events have completed, as the start of
@@ -431,7 +455,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Number of allocated blocks.
     pub fn allocated_count(&self) -> usize {
-        self.allocated.len()
+        self.allocated.len() - usize::from(self.parked.is_some())
     }
 
     #[inline]

@@ -7,9 +7,10 @@
 //! neighbour and then split the result again where it was: the same two
 //! blocks, the same free-set entry, every time. Here `free` accounts for the
 //! merge at once (statistics exactly as after it) but leaves the two blocks
-//! as they are, *parked*: the freed block in no free set, its neighbour in
-//! its free set under its own key. The state PyTorch would be in is the
-//! merged one, and everything that looks at blocks sees that one:
+//! as they are, *parked*: the freed block in no free set (but still in the
+//! address map, not allocated, so that taking it back adds no entry), its
+//! neighbour in its free set under its own key. The state PyTorch would be
+//! in is the merged one, and everything that looks at blocks sees that one:
 //!
 //! - the next `malloc` asks best fit with the merged block in place of the
 //!   neighbour ([`CachingAllocator::find_free_block`]); when that picks the
@@ -78,16 +79,17 @@ impl<D: Device> CachingAllocator<D> {
             && self.expandable_segments.is_empty()
             && self.config.compat.size_ties != SizeTies::BlockAge
             && (b.pool == LARGE_POOL || b.pool == SMALL_POOL)
-            && b.extras.is_none()
-            && b.mapped;
+            && b.extras.is_none();
         let next = b.next?;
         if !plain || b.prev.is_some_and(|p| !self.blocks[p].is_active()) {
             return None;
         }
         let n = &self.blocks[next];
-        if n.is_active() || !n.mapped || n.extras.is_some() {
+        if n.is_active() || n.extras.is_some() {
             return None;
         }
+        // Only expandable segments have unmapped blocks, and none was made.
+        debug_assert!(b.mapped && n.mapped);
         let merged = ParkedMerge { subsumed: n.size, split: b.prev.is_some() || n.next.is_some(), size: b.size + n.size };
         let gc_count_base = self.pools[b.pool.0 as usize].get_free_blocks_call_count;
         self.parked = Some(Parked { block: id, next, pool: b.pool, stream: b.stream, gc_count_base });
@@ -105,6 +107,8 @@ impl<D: Device> CachingAllocator<D> {
 
     #[inline(never)]
     fn settle(&mut self, p: Parked) {
+        let left = self.allocated.remove(self.blocks[p.block].addr);
+        debug_assert_eq!(left, Some(p.block), "a parked block keeps its address-map entry");
         let (merged, _) = self.merge_and_pool(p.block);
         debug_assert_eq!(merged, 1);
         self.blocks[p.block].gc_count_base = p.gc_count_base;

@@ -14,6 +14,7 @@ use crate::device::{Device, DeviceAddr, StreamId};
 use crate::error::Error;
 use crate::rounding::PoolKind;
 use crate::snapshot::{BlockState, SegmentInfo, TraceAction};
+use crate::stats::Peak;
 
 /// Why a set of segments cannot be restored.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -138,12 +139,12 @@ impl<D: Device> CachingAllocator<D> {
                 BlockState::ActiveAllocated => {
                     let fresh = self.allocated.insert(addr, id);
                     debug_assert!(fresh);
-                    self.stats.account_block_allocated(kind, info.size, info.requested_size, oversize, (0, 0));
+                    self.stats.account_block_allocated(kind, info.size, info.requested_size, oversize, (0, 0), Peak::MayRise);
                 }
                 BlockState::ActivePendingFree => {
                     let fresh = self.held.insert(addr, id);
                     debug_assert!(fresh);
-                    self.stats.account_block_allocated(kind, info.size, info.requested_size, oversize, (0, 0));
+                    self.stats.account_block_allocated(kind, info.size, info.requested_size, oversize, (0, 0), Peak::MayRise);
                     self.stats.account_free_requested(kind, info.size, oversize);
                 }
                 BlockState::Inactive => {}

@@ -171,7 +171,7 @@ impl<D: Device> CachingAllocator<D> {
     /// routed now), as when a capture routes it there. A pool that does not
     /// exist yet caches nothing.
     pub fn fits_in_cache_after_free_in(&self, ptr: DeviceAddr, size: u64, stream: StreamId, pool: Option<MempoolId>) -> bool {
-        let Some(id) = self.allocated.get(ptr.0) else { return false };
+        let Some(id) = self.allocated_block(ptr) else { return false };
         let Some(params) = self.alloc_params_in(size, stream, pool) else { return false };
         let block = &self.blocks[id];
         // A block on another stream or in another pool is never a candidate,
