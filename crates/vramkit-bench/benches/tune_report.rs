@@ -9,9 +9,11 @@
 //!   4 GiB capacity (so garbage-collection candidates are among them);
 //!   median of 5 runs, rayon over every core.
 //! - report: a synthetic trace of 5,000,000 entries (`VRAMKIT_BENCH_EVENTS`
-//!   changes it) recorded from vramkit's own allocator: tune with
-//!   `VRAMKIT_BENCH_REPORT_CANDIDATES` (default 8) settings, the doctor, the
-//!   two timeline replays and the HTML, each phase timed once.
+//!   changes it) recorded from vramkit's own allocator: tune with every
+//!   setting (`VRAMKIT_BENCH_REPORT_CANDIDATES` limits them) as `vramkit
+//!   doctor` runs it (the best and the recorded settings exact) and as
+//!   `vramkit tune` and `vramkit report` run it (the table's 20 rows exact),
+//!   the doctor, the two timeline replays and the HTML, each phase timed once.
 //!
 //! The CLI end to end on the same trace:
 //! `cargo run --release -p vramkit-bench --example synthetic_trace -- 5000000 /tmp/synthetic.pickle`
@@ -22,7 +24,8 @@ use vramkit_core::AllocatorConfig;
 use vramkit_replay::doctor::diagnose;
 use vramkit_replay::report::{build, ReportInput};
 use vramkit_replay::synthetic::{record, Workload};
-use vramkit_replay::{tune, DeviceTrace, PreparedTrace, TuneInput, TuneOptions};
+use vramkit_replay::tune::TABLE_ROWS;
+use vramkit_replay::{tune, DeviceTrace, Exact, PreparedTrace, TuneInput, TuneOptions};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -43,7 +46,7 @@ fn bench_tune() {
     let trace = DeviceTrace::split(&file.snapshot).into_iter().next().expect("device 0");
     let prepared = PreparedTrace::new(&trace, recorded, None).expect("prepares");
     let input = TuneInput { label: "cs336_bcrafton".into(), prepared: &prepared, capacity_bytes: Some(4 << 30) };
-    let options = TuneOptions { max_candidates: Some(64) };
+    let options = TuneOptions { max_candidates: Some(64), exact: Exact::All };
     let count = vramkit_replay::tune::candidates(std::slice::from_ref(&input), &options).len();
     println!(
         "tune: {count} settings x {} entries (cs336_bcrafton, capacity 4 GiB), {} threads",
@@ -62,17 +65,17 @@ fn bench_tune() {
 
 fn bench_report() {
     let events = env("VRAMKIT_BENCH_EVENTS", 5_000_000);
-    let candidates = env("VRAMKIT_BENCH_REPORT_CANDIDATES", 8);
-    println!("report: synthetic trace of {events} entries, tune with {candidates} settings");
+    let candidates = std::env::var("VRAMKIT_BENCH_REPORT_CANDIDATES").ok().and_then(|v| v.parse().ok());
+    println!("report: synthetic trace of {events} entries, tune with {} settings", candidates.map_or("all".to_string(), |c: usize| c.to_string()));
     let (snapshot, _) = timed("record the synthetic trace (setup, not report)", || record(&Workload::new(events)));
     let start = Instant::now();
     let (traces, _) = timed("split by device", || DeviceTrace::split(&snapshot));
     let recorded = AllocatorConfig::pytorch_default();
     let (prepared, _) = timed("prepare (rebuild the window's start)", || PreparedTrace::new(&traces[0], recorded, None).expect("prepares"));
     let input = TuneInput { label: "synthetic".into(), prepared: &prepared, capacity_bytes: None };
-    let (tuned, _) = timed(&format!("tune ({candidates} settings)"), || {
-        tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(candidates) }, &|| ()).expect("tune")
-    });
+    let tune_with = |exact: Exact| tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: candidates, exact }, &|| ()).expect("tune");
+    timed("tune as doctor runs it (best and recorded exact)", || tune_with(Exact::Best));
+    let (tuned, _) = timed(&format!("tune as tune and report run it ({TABLE_ROWS} rows exact)"), || tune_with(Exact::Rows(TABLE_ROWS)));
     let t = &tuned.results[0];
     let (diagnosis, _) = timed("doctor", || diagnose(&prepared, Some(t)).expect("doctor"));
     let (report, _) = timed("replays with timelines, sites at the peak", || {

@@ -1,6 +1,6 @@
 //! Times each phase of the analysis of one snapshot file.
 use std::time::Instant;
-use vramkit_replay::{DeviceTrace, PreparedTrace};
+use vramkit_replay::{tune, DeviceTrace, Exact, PreparedTrace, TuneInput, TuneOptions};
 
 fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let t = Instant::now();
@@ -35,6 +35,25 @@ fn main() {
     }
     if std::env::var("REPLAYS").is_err() {
         timed("oracle replay", || prepared.oracle_replay(0));
+    }
+    if let Ok(exact) = std::env::var("TUNE") {
+        // TUNE=all, TUNE=best (what doctor needs) or TUNE=20: the first 20 rows exact (what `vramkit tune` shows).
+        let input = TuneInput { label: path.clone(), prepared: &prepared, capacity_bytes: None };
+        let exact = match exact.as_str() {
+            "best" => Exact::Best,
+            rows => rows.parse().map_or(Exact::All, Exact::Rows),
+        };
+        let options = TuneOptions { max_candidates: None, exact };
+        let report = timed(&format!("tune ({exact:?})"), || tune(std::slice::from_ref(&input), &options, &|| ()).unwrap());
+        let r = &report.results[0];
+        let stopped: Vec<u64> = r.candidates.iter().filter_map(|o| o.stopped_at).collect();
+        println!(
+            "  {} candidates, {} stopped (on average at {:.0}% of the trace); recommended {:?}",
+            r.candidates.len(),
+            stopped.len(),
+            100.0 * stopped.iter().sum::<u64>() as f64 / (stopped.len().max(1) as f64 * r.events as f64),
+            r.recommended
+        );
     }
     if std::env::args().any(|a| a == "--verify") {
         timed("verify", || prepared.verify().unwrap());

@@ -6,7 +6,8 @@ use crate::input::{load_traces, prepare, recorded_config, CliError};
 use std::io::Write;
 use std::process::ExitCode;
 use vramkit_replay::report::{build, ReportInput};
-use vramkit_replay::DeviceTrace;
+use vramkit_replay::tune::TABLE_ROWS;
+use vramkit_replay::{DeviceTrace, Exact};
 
 pub fn run(args: ReportArgs) -> Result<ExitCode, CliError> {
     let file = load_traces(&args.snapshot)?;
@@ -24,7 +25,8 @@ pub fn run(args: ReportArgs) -> Result<ExitCode, CliError> {
         }
     };
     let traces = [trace];
-    let mut found = diagnoses(&traces, &args.snapshot, &recorded, args.capacity.as_deref(), args.max_candidates)?;
+    // The page's table shows the rows `vramkit tune` shows.
+    let mut found = diagnoses(&traces, &args.snapshot, &recorded, args.capacity.as_deref(), args.max_candidates, Exact::Rows(TABLE_ROWS))?;
     let prepared = match found.prepared[0].take() {
         Some(p) => p,
         None => prepare(&traces[0], &recorded, &args.snapshot)?,

@@ -6,7 +6,8 @@ use crate::input::{capacity_for, load_traces, parse_size, prepare, recorded_conf
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
-use vramkit_replay::{DeviceTrace, PreparedTrace, TuneInput, TuneOptions, TuneReport, TuneResult};
+use vramkit_replay::tune::TABLE_ROWS;
+use vramkit_replay::{DeviceTrace, Exact, PreparedTrace, TuneInput, TuneOptions, TuneReport, TuneResult};
 
 /// One device trace of one file, prepared to tune.
 pub struct Loaded {
@@ -37,9 +38,9 @@ pub fn load_inputs(paths: &[impl AsRef<Path>], capacity: Option<&str>, rules: &R
     Ok(out)
 }
 
-/// Tunes with a progress bar.
-pub fn run_tune(inputs: &[TuneInput<'_>], max_candidates: Option<usize>) -> Result<TuneReport, CliError> {
-    let options = TuneOptions { max_candidates };
+/// Tunes with a progress bar, with exact figures for the candidates `exact` names.
+pub fn run_tune(inputs: &[TuneInput<'_>], max_candidates: Option<usize>, exact: Exact) -> Result<TuneReport, CliError> {
+    let options = TuneOptions { max_candidates, exact };
     let count = vramkit_replay::tune::candidates(inputs, &options).len() * inputs.len();
     let bar = crate::progress::bar(count as u64, "tune: replaying settings");
     let report = vramkit_replay::tune(inputs, &options, &|| bar.inc(1)).map_err(|e| CliError::new(e.to_string()))?;
@@ -74,7 +75,9 @@ pub fn result_json(r: &TuneResult, capacity_source: &str) -> serde_json::Value {
 pub fn run(args: TuneArgs) -> Result<ExitCode, CliError> {
     let loaded = load_inputs(&args.snapshots, args.capacity.as_deref(), &args.rules)?;
     let inputs: Vec<TuneInput<'_>> = loaded.iter().map(Loaded::input).collect();
-    let report = run_tune(&inputs, args.max_candidates)?;
+    // The table's rows need exact figures; every row (--all, --json) needs them all.
+    let exact = if args.all || args.json { Exact::All } else { Exact::Rows(TABLE_ROWS) };
+    let report = run_tune(&inputs, args.max_candidates, exact)?;
     let fits = report.results.iter().all(|r| !r.best.oom);
     if args.json {
         let results: Vec<serde_json::Value> =
@@ -87,7 +90,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode, CliError> {
         writeln!(std::io::stdout(), "{text}")?;
     } else {
         let mut out = std::io::stdout().lock();
-        let rows = if args.all { usize::MAX } else { 20 };
+        let rows = if args.all { usize::MAX } else { TABLE_ROWS };
         for (i, (r, l)) in report.results.iter().zip(&loaded).enumerate() {
             if i > 0 {
                 writeln!(out)?;

@@ -5,14 +5,15 @@
 //! New segments get addresses above every address the trace mentions, in
 //! allocation order, so results never depend on an arbitrary base.
 
-use crate::drive::Step;
+use crate::blocks::Blocks;
+use crate::drive::{Driver, Step};
 use crate::metrics::{LowerBound, Metrics, Sample, Timeline};
 use crate::prepared::PreparedTrace;
 use crate::reading::Reading;
 use crate::trace::DeviceTrace;
 use crate::ReplayError;
 use std::sync::Arc;
-use vramkit_core::{AllocatorConfig, Error, SegmentInfo, TraceAction};
+use vramkit_core::{AllocatorConfig, CachingAllocator, Error, SegmentInfo, TraceAction};
 use vramkit_sim::SimDevice;
 
 /// How to run a model replay.
@@ -76,6 +77,17 @@ pub fn model_replay_at_peak(trace: &DeviceTrace, options: &ModelOptions) -> Resu
     options.prepare(trace)?.model_replay_at_peak(&options.config, options.capacity_bytes, options.timeline_points)
 }
 
+/// A replay's figures so far, each of which only grows as it goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SoFar {
+    /// Allocations failed so far.
+    pub oom_count: u64,
+    /// Highest reserved bytes so far.
+    pub peak_reserved_bytes: u64,
+    /// `cudaMalloc` plus `cudaFree` (or map plus unmap) calls so far.
+    pub device_calls: u64,
+}
+
 /// A model replay of `prepared` under `config`.
 pub(crate) fn run(
     prepared: &PreparedTrace<'_>,
@@ -84,90 +96,177 @@ pub(crate) fn run(
     timeline_points: usize,
     keep_peak: bool,
 ) -> Result<(Metrics, Option<PeakState>), ReplayError> {
-    let (trace, start) = (prepared.trace(), prepared.start());
-    let base = (prepared.top_address() + SimDevice::DEFAULT_GRANULARITY).next_multiple_of(SimDevice::DEFAULT_GRANULARITY);
-    let device = SimDevice::new(capacity_bytes.unwrap_or(u64::MAX))
-        .with_base_address(base)
-        .with_event_mode(vramkit_sim::EventMode::Manual)
-        .with_first_fit();
-    let mut model = prepared.start_model(config, device)?;
-    let page = if config.expandable_segments { config.large_segment_size_bytes } else { 0 };
-    let mut lower = LowerBound::new(page);
-    for b in start.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()) {
-        lower.add(b.requested_size);
+    let mut run = ModelRun::start(prepared, config, capacity_bytes, timeline_points, keep_peak)?;
+    run.advance(usize::MAX)?;
+    Ok(run.finish())
+}
+
+/// A model replay under way, entry by entry from the start state: it can
+/// pause between entries and go on later ([`ModelRun::advance`]), and
+/// [`ModelRun::finish`] gives the figures of the entries applied.
+pub(crate) struct ModelRun<'a> {
+    trace: &'a DeviceTrace,
+    blocks: &'a Blocks,
+    model: CachingAllocator<SimDevice>,
+    driver: Driver<'a>,
+    lower: LowerBound,
+    /// Per block (`blocks`): the bytes it asked for, and whether the model failed it.
+    requested: Vec<Option<u64>>,
+    failed: Vec<bool>,
+    m: Metrics,
+    timeline: Timeline,
+    timeline_points: usize,
+    keep_peak: bool,
+    peak_reserved: i64,
+    largest_at_peak: u64,
+    peak: Option<PeakState>,
+    /// Entries applied.
+    applied: usize,
+}
+
+impl<'a> ModelRun<'a> {
+    /// A replay of `prepared` under `config` on a device of
+    /// `capacity_bytes` (`None`: unlimited), in its start state, keeping
+    /// about `timeline_points` samples and, if `keep_peak`, the state when
+    /// reserved bytes first reached their peak.
+    pub(crate) fn start(
+        prepared: &'a PreparedTrace<'_>,
+        config: &AllocatorConfig,
+        capacity_bytes: Option<u64>,
+        timeline_points: usize,
+        keep_peak: bool,
+    ) -> Result<ModelRun<'a>, ReplayError> {
+        let (trace, start) = (prepared.trace(), prepared.start());
+        let base = (prepared.top_address() + SimDevice::DEFAULT_GRANULARITY).next_multiple_of(SimDevice::DEFAULT_GRANULARITY);
+        let device = SimDevice::new(capacity_bytes.unwrap_or(u64::MAX))
+            .with_base_address(base)
+            .with_event_mode(vramkit_sim::EventMode::Manual)
+            .with_first_fit();
+        let mut model = prepared.start_model(config, device)?;
+        let page = if config.expandable_segments { config.large_segment_size_bytes } else { 0 };
+        let mut lower = LowerBound::new(page);
+        for b in start.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()) {
+            lower.add(b.requested_size);
+        }
+        let m = Metrics { events: trace.events.len() as u64, ..Metrics::default() };
+        let timeline = Timeline::new(m.events, timeline_points);
+        let mut driver = prepared.following_driver()?;
+        driver.begin(&mut model);
+        let blocks = prepared.blocks();
+        let peak = keep_peak.then(|| PeakState { event: 0, segments: model.segments() });
+        Ok(ModelRun {
+            trace,
+            blocks,
+            model,
+            driver,
+            lower,
+            requested: vec![None; blocks.count()],
+            failed: vec![false; blocks.count()],
+            m,
+            timeline,
+            timeline_points,
+            keep_peak,
+            peak_reserved: 0,
+            largest_at_peak: 0,
+            peak,
+            applied: 0,
+        })
     }
 
-    let mut m = Metrics { events: trace.events.len() as u64, ..Metrics::default() };
-    let mut timeline = Timeline::new(m.events, timeline_points);
-    let mut driver = prepared.following_driver()?;
-    driver.begin(&mut model);
-    // Per block (`blocks`): the bytes it asked for, and whether the model failed it.
-    let blocks = prepared.blocks();
-    let mut requested: Vec<Option<u64>> = vec![None; blocks.count()];
-    let mut failed: Vec<bool> = vec![false; blocks.count()];
-    let mut peak_reserved = 0i64;
-    let mut largest_at_peak = 0u64;
-    let mut peak = keep_peak.then(|| PeakState { event: 0, segments: model.segments() });
-    for (i, e) in trace.events.iter().enumerate() {
-        match driver.step(&mut model, i) {
-            Step::Alloc(Ok(_)) => {
-                requested[blocks.of(i) as usize] = Some(e.size);
-                lower.add(e.size);
-            }
-            Step::Alloc(Err(Error::OutOfMemory(_))) => {
-                failed[blocks.of(i) as usize] = true;
-                m.oom_count += 1;
-                m.first_oom_event.get_or_insert(i as u64);
-            }
-            Step::Alloc(Err(other)) => return Err(ReplayError::Model(other.to_string())),
-            // The request that failed in PyTorch, asked again: under these
-            // settings it may fit, and if it fails it counts as the oracle counts it.
-            Step::Oom { failed: true } => {
-                m.oom_count += 1;
-                m.first_oom_event.get_or_insert(i as u64);
-            }
-            _ => {
-                if e.action == TraceAction::FreeCompleted {
-                    let b = blocks.of(i) as usize;
-                    if !std::mem::take(&mut failed[b]) {
-                        lower.remove(requested[b].take().unwrap_or(e.size));
+    /// Entries applied so far.
+    pub(crate) fn applied(&self) -> usize {
+        self.applied
+    }
+
+    /// Every entry is applied.
+    pub(crate) fn done(&self) -> bool {
+        self.applied == self.trace.events.len()
+    }
+
+    /// The figures so far.
+    pub(crate) fn so_far(&self) -> SoFar {
+        let st = self.model.stats();
+        SoFar {
+            oom_count: self.m.oom_count,
+            peak_reserved_bytes: st.reserved_bytes.all.peak as u64,
+            device_calls: (st.num_device_alloc + st.num_device_free) as u64,
+        }
+    }
+
+    /// Applies the entries before `until` (cut at the trace's end).
+    pub(crate) fn advance(&mut self, until: usize) -> Result<(), ReplayError> {
+        let (trace, blocks, m) = (self.trace, self.blocks, &mut self.m);
+        let (from, until) = (self.applied, until.min(trace.events.len()));
+        for (i, e) in (from..).zip(trace.events.iter_range(from..until)) {
+            match self.driver.step(&mut self.model, i) {
+                Step::Alloc(Ok(_)) => {
+                    self.requested[blocks.of(i) as usize] = Some(e.size);
+                    self.lower.add(e.size);
+                }
+                Step::Alloc(Err(Error::OutOfMemory(_))) => {
+                    self.failed[blocks.of(i) as usize] = true;
+                    m.oom_count += 1;
+                    m.first_oom_event.get_or_insert(i as u64);
+                }
+                Step::Alloc(Err(other)) => return Err(ReplayError::Model(other.to_string())),
+                // The request that failed in PyTorch, asked again: under these
+                // settings it may fit, and if it fails it counts as the oracle counts it.
+                Step::Oom { failed: true } => {
+                    m.oom_count += 1;
+                    m.first_oom_event.get_or_insert(i as u64);
+                }
+                _ => {
+                    if e.action == TraceAction::FreeCompleted {
+                        let b = blocks.of(i) as usize;
+                        if !std::mem::take(&mut self.failed[b]) {
+                            self.lower.remove(self.requested[b].take().unwrap_or(e.size));
+                        }
                     }
                 }
             }
-        }
-        let st = model.stats();
-        if st.reserved_bytes.all.current > peak_reserved {
-            peak_reserved = st.reserved_bytes.all.current;
-            if keep_peak {
-                let segments = model.segments();
-                largest_at_peak = largest_free_block(&segments);
-                peak = Some(PeakState { event: i as u64 + 1, segments });
-            } else if timeline_points > 0 {
-                largest_at_peak = largest_free_block(&model.segments());
+            let st = self.model.stats();
+            if st.reserved_bytes.all.current > self.peak_reserved {
+                self.peak_reserved = st.reserved_bytes.all.current;
+                if self.keep_peak {
+                    let segments = self.model.segments();
+                    self.largest_at_peak = largest_free_block(&segments);
+                    self.peak = Some(PeakState { event: i as u64 + 1, segments });
+                } else if self.timeline_points > 0 {
+                    self.largest_at_peak = largest_free_block(&self.model.segments());
+                }
+                m.waste_bytes_at_peak = (st.reserved_bytes.all.current - st.allocated_bytes.all.current) as u64;
             }
-            m.waste_bytes_at_peak = (st.reserved_bytes.all.current - st.allocated_bytes.all.current) as u64;
+            self.timeline.push(Sample {
+                event: i as u64 + 1,
+                allocated_bytes: st.allocated_bytes.all.current as u64,
+                reserved_bytes: st.reserved_bytes.all.current as u64,
+                requested_bytes: st.requested_bytes.all.current as u64,
+            });
         }
-        timeline.push(Sample {
-            event: i as u64 + 1,
-            allocated_bytes: st.allocated_bytes.all.current as u64,
-            reserved_bytes: st.reserved_bytes.all.current as u64,
-            requested_bytes: st.requested_bytes.all.current as u64,
-        });
+        self.applied = self.applied.max(until);
+        Ok(())
     }
-    timeline.flush();
-    let st = model.stats();
-    m.peak_reserved_bytes = st.reserved_bytes.all.peak as u64;
-    m.peak_allocated_bytes = st.allocated_bytes.all.peak as u64;
-    m.peak_requested_bytes = st.requested_bytes.all.peak as u64;
-    m.peak_inactive_split_bytes = st.inactive_split_bytes.all.peak as u64;
-    m.device_mallocs = st.num_device_alloc as u64;
-    m.device_frees = st.num_device_free as u64;
-    m.alloc_retries = st.num_alloc_retries as u64;
-    m.largest_free_block_at_peak = largest_at_peak;
-    m.lower_bound_bytes = lower.peak;
-    m.utilization = if m.peak_reserved_bytes == 0 { 0.0 } else { m.peak_allocated_bytes as f64 / m.peak_reserved_bytes as f64 };
-    m.timeline = timeline.samples;
-    Ok((m, peak))
+
+    /// The figures of the entries applied (`events` counts them), and the
+    /// state at the peak if it was kept.
+    pub(crate) fn finish(mut self) -> (Metrics, Option<PeakState>) {
+        self.timeline.flush();
+        let mut m = self.m;
+        let st = self.model.stats();
+        m.events = self.applied as u64;
+        m.peak_reserved_bytes = st.reserved_bytes.all.peak as u64;
+        m.peak_allocated_bytes = st.allocated_bytes.all.peak as u64;
+        m.peak_requested_bytes = st.requested_bytes.all.peak as u64;
+        m.peak_inactive_split_bytes = st.inactive_split_bytes.all.peak as u64;
+        m.device_mallocs = st.num_device_alloc as u64;
+        m.device_frees = st.num_device_free as u64;
+        m.alloc_retries = st.num_alloc_retries as u64;
+        m.largest_free_block_at_peak = self.largest_at_peak;
+        m.lower_bound_bytes = self.lower.peak;
+        m.utilization = if m.peak_reserved_bytes == 0 { 0.0 } else { m.peak_allocated_bytes as f64 / m.peak_reserved_bytes as f64 };
+        m.timeline = self.timeline.samples;
+        (m, self.peak)
+    }
 }
 
 fn largest_free_block(segments: &[vramkit_core::SegmentInfo]) -> u64 {

@@ -10,7 +10,10 @@
 //! parallel with rayon, each from the trace prepared once
 //! ([`PreparedTrace::model_replay`], no timeline): exactly what `vramkit
 //! replay --conf` runs, so a candidate's figures are the ones `replay`
-//! prints for its string.
+//! prints for its string. Candidates proven to replay a trace alike
+//! (`alike`) are replayed once; and when only some rows need exact figures
+//! ([`Exact`]), a candidate's replay stops once it cannot be among them
+//! (`cutoff`), likely winners going first.
 //!
 //! Ranking: no out-of-memory at the capacity first, then the lowest peak
 //! reserved, then the fewest device calls (`cudaMalloc` plus `cudaFree`, or
@@ -19,11 +22,18 @@
 //! Several traces (one per rank) are tuned against the same candidates, and
 //! the candidate whose worst trace is best is named for the whole job.
 
+use crate::alike::Requests;
+use crate::cutoff::{lock, Cutoff};
+use crate::model::ModelRun;
 use crate::prepared::PreparedTrace;
 use crate::trace::DeviceTrace;
 use crate::ReplayError;
 use rayon::prelude::*;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use vramkit_core::rounding::{get_allocation_size, round_size};
 use vramkit_core::{format_size, AllocatorConfig, TraceAction};
 
@@ -40,6 +50,12 @@ const MAX_SPLIT_VALUES: usize = 6;
 const ROUNDUP_VALUES: [&str; 5] = ["2", "4", "8", "[256:1,512:2,1024:4,>:8]", "[64:8,512:4,>:1]"];
 /// (`garbage_collection_threshold`, `per_process_memory_fraction`) pairs.
 const GC_VALUES: [(f64, f64); 4] = [(0.6, 0.99), (0.8, 0.99), (0.6, 0.9), (0.8, 0.9)];
+
+/// A candidate that may stop goes on by this fraction of the trace at a time.
+const PIECE: usize = 64;
+
+/// Rows of the ranked table shown unless every row is asked for.
+pub const TABLE_ROWS: usize = 20;
 
 /// One setting to try.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,6 +93,27 @@ pub struct TuneOptions {
     /// Try at most this many candidates (the recorded settings always
     /// count, and simpler candidates come first). `None`: all of them.
     pub max_candidates: Option<usize>,
+    /// Which candidates need exact figures; the others' replays may stop
+    /// once enough finished candidates rank before them (see [`Exact`]).
+    pub exact: Exact,
+}
+
+/// Which candidates of a [`tune`] need exact figures. A candidate that
+/// needs none may stop its replay once it cannot be among those that do;
+/// it is then listed after every finished one, with the figures it had
+/// reached ([`Outcome::stopped_at`]). Stopping applies to one trace
+/// without a capacity; otherwise every replay runs to the end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Exact {
+    /// Every candidate, each replayed to the end.
+    #[default]
+    All,
+    /// The first this many rows of the ranked table and the rows of the
+    /// recorded settings, each with its rank ([`TuneResult::table`]).
+    Rows(usize),
+    /// The best candidate and the recorded settings, not their rank: the
+    /// ranks after the first are those of the figures reached (`doctor`).
+    Best,
 }
 
 /// One candidate replayed against one trace.
@@ -106,10 +143,22 @@ pub struct Outcome {
     pub lower_bound_bytes: u64,
     /// The replay could not run under this candidate (it then ranks last).
     pub error: Option<String>,
+    /// The replay stopped after this many entries, where more than the
+    /// candidates that need exact figures ranked before it ([`Exact`]); the
+    /// figures are those it had reached, and it ranks after every
+    /// candidate replayed to the end. `None`: replayed to the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<u64>,
 }
 
+/// How candidates rank, smaller first: an error, an out-of-memory, failed
+/// allocations, peak reserved, device calls, the order of generation. Each
+/// part only grows as a replay goes on (`cutoff`).
+type Key = (bool, bool, u64, u64, u64, usize);
+
 impl Outcome {
-    fn new(conf: &str, result: &Result<crate::Metrics, ReplayError>) -> Outcome {
+    /// The outcome of a replay of a trace of `events` entries.
+    fn new(conf: &str, result: &Result<crate::Metrics, ReplayError>, events: u64) -> Outcome {
         match result {
             Ok(m) => Outcome {
                 conf: conf.to_string(),
@@ -124,6 +173,7 @@ impl Outcome {
                 first_oom_event: m.first_oom_event,
                 lower_bound_bytes: m.lower_bound_bytes,
                 error: None,
+                stopped_at: (m.events < events).then_some(m.events),
             },
             Err(e) => Outcome {
                 conf: conf.to_string(),
@@ -138,12 +188,13 @@ impl Outcome {
                 first_oom_event: None,
                 lower_bound_bytes: 0,
                 error: Some(e.to_string()),
+                stopped_at: None,
             },
         }
     }
 
     /// Smaller is better; `index` is the order of generation.
-    fn key(&self, index: usize) -> (bool, bool, u64, u64, u64, usize) {
+    fn key(&self, index: usize) -> Key {
         (self.error.is_some(), self.oom, self.oom_count, self.peak_reserved_bytes, self.device_calls, index)
     }
 }
@@ -305,14 +356,15 @@ pub fn tune(
     progress: &(dyn Fn() + Sync),
 ) -> Result<TuneReport, ReplayError> {
     let cands = candidates(inputs, options);
-    tune_candidates(inputs, &cands, progress)
+    tune_candidates(inputs, &cands, options.exact, progress)
 }
 
 /// [`tune`] with a given candidate list. Each input's recorded settings
-/// are added in front when the list lacks them.
+/// are added in front when the list lacks them. `exact`: see [`Exact`].
 pub fn tune_candidates(
     inputs: &[TuneInput<'_>],
     given: &[Candidate],
+    exact: Exact,
     progress: &(dyn Fn() + Sync),
 ) -> Result<TuneReport, ReplayError> {
     let mut cands: Vec<Candidate> = Vec::new();
@@ -325,39 +377,78 @@ pub fn tune_candidates(
 
     // Each trace is read once, under its recorded settings (in parallel,
     // before the candidates, which all follow that reading); a trace whose
-    // reading fails fails every candidate with that error.
-    inputs.par_iter().for_each(|input| {
-        let _ = input.prepared.reading();
-    });
-    let pairs: Vec<(usize, usize)> = (0..inputs.len()).flat_map(|i| (0..cands.len()).map(move |c| (i, c))).collect();
-    let replayed: Vec<Result<crate::Metrics, ReplayError>> = pairs
+    // reading fails fails every candidate with that error. Meanwhile the
+    // candidates that replay it alike are found (`alike`).
+    let forms: Vec<Vec<AllocatorConfig>> = inputs
         .par_iter()
-        .map(|&(i, c)| {
-            // The options `vramkit replay --conf` runs with: no timeline.
-            let result = inputs[i].prepared.model_replay(&cands[c].config, inputs[i].capacity_bytes, 0);
-            progress();
-            result
+        .map(|input| {
+            let (_, forms) = rayon::join(
+                || input.prepared.reading().map(|_| ()),
+                || {
+                    let mut requests = Requests::of(&input.trace().events, &input.prepared.start().segments);
+                    cands.iter().map(|c| requests.form(&c.config)).collect()
+                },
+            );
+            forms
         })
         .collect();
+    // Per input: the candidate each one's replay is taken from (the first alike).
+    let source: Vec<Vec<usize>> =
+        forms.iter().map(|f| f.iter().map(|form| f.iter().position(|g| g == form).expect("itself")).collect()).collect();
+    // Only the rows shown need exact figures, and only a single trace
+    // without a capacity (the worst case compares every candidate; where
+    // allocations can fail, the lower bound of a stopped one is unknown).
+    let stopping = inputs.len() == 1 && inputs[0].capacity_bytes.is_none();
+    let replayed: Vec<Vec<Result<crate::Metrics, ReplayError>>> = match exact {
+        Exact::Rows(rows) if stopping && rows < cands.len() => vec![best_rows(&inputs[0], &cands, &source[0], Some(rows), progress)],
+        Exact::Best if stopping => vec![best_rows(&inputs[0], &cands, &source[0], None, progress)],
+        _ => {
+            let source = &source;
+            let pairs: Vec<(usize, usize)> =
+                (0..inputs.len()).flat_map(|i| (0..cands.len()).filter(move |&c| source[i][c] == c).map(move |c| (i, c))).collect();
+            let mut runs: Vec<Option<Result<crate::Metrics, ReplayError>>> = pairs
+                .par_iter()
+                .map(|&(i, c)| {
+                    // The options `vramkit replay --conf` runs with: no timeline.
+                    let result = inputs[i].prepared.model_replay(&cands[c].config, inputs[i].capacity_bytes, 0);
+                    (0..cands.len()).filter(|&d| source[i][d] == c).for_each(|_| progress());
+                    Some(result)
+                })
+                .collect();
+            let mut by_pair = vec![vec![None; cands.len()]; inputs.len()];
+            for (&(i, c), run) in pairs.iter().zip(&mut runs) {
+                by_pair[i][c] = run.take();
+            }
+            (0..inputs.len())
+                .map(|i| (0..cands.len()).map(|c| by_pair[i][source[i][c]].clone().expect("replayed")).collect())
+                .collect()
+        }
+    };
 
     let mut results = Vec::with_capacity(inputs.len());
     let mut grid: Vec<Vec<Outcome>> = Vec::with_capacity(inputs.len());
     for (i, input) in inputs.iter().enumerate() {
-        let row = &replayed[i * cands.len()..(i + 1) * cands.len()];
+        let row = &replayed[i];
         let recorded_at = cands.iter().position(|c| c.config == *input.recorded()).expect("added above");
         if let Err(e) = &row[recorded_at] {
             return Err(e.clone());
         }
-        let outcomes: Vec<Outcome> = cands.iter().zip(row).map(|(c, r)| Outcome::new(&c.conf, r)).collect();
+        let outcomes: Vec<Outcome> = cands.iter().zip(row).map(|(c, r)| Outcome::new(&c.conf, r, input.trace().events.len() as u64)).collect();
         let mut order: Vec<usize> = (0..outcomes.len()).collect();
-        order.sort_by_key(|&k| outcomes[k].key(k));
+        // Stopped candidates rank after every finished one (see `cutoff`).
+        order.sort_by_key(|&k| (outcomes[k].stopped_at.is_some(), outcomes[k].key(k)));
         let mut ranked: Vec<Outcome> = order.iter().map(|&k| outcomes[k].clone()).collect();
         for (r, o) in ranked.iter_mut().enumerate() {
             o.rank = r + 1;
         }
         let recorded = ranked[order.iter().position(|&k| k == recorded_at).expect("ranked")].clone();
         let best = ranked[0].clone();
-        let lower_bound_bytes = ranked.iter().filter(|o| o.error.is_none()).map(|o| o.lower_bound_bytes).min().unwrap_or(0);
+        let lower_bound_bytes = ranked
+            .iter()
+            .filter(|o| o.error.is_none() && o.stopped_at.is_none())
+            .map(|o| o.lower_bound_bytes)
+            .min()
+            .unwrap_or(0);
         let saving_bytes = recorded.peak_reserved_bytes as i64 - best.peak_reserved_bytes as i64;
         let saving_percent =
             if recorded.peak_reserved_bytes == 0 { 0.0 } else { 100.0 * saving_bytes as f64 / recorded.peak_reserved_bytes as f64 };
@@ -378,6 +469,127 @@ pub fn tune_candidates(
     }
     let worst_case = (inputs.len() > 1).then(|| worst_case(inputs, &cands, &grid));
     Ok(TuneReport { results, worst_case })
+}
+
+/// Replays the candidates of one trace without a capacity, stopping each
+/// once `rows` finished candidates and the rows of the recorded settings
+/// rank before it (`cutoff`; `None`: once the best one does, the recorded
+/// settings' rank left inexact); candidates alike (`source`) run once.
+///
+/// The recorded settings run first (with every candidate of the same
+/// string, which the table marks as recorded too), and the first candidate
+/// of each page size (so every lower bound is known, see below), none of
+/// which stops. The others go on a piece at a time ([`PIECE`] of the
+/// trace), each thread taking next the one whose figures so far rank best:
+/// likely winners finish first, and a loser goes on only while it might
+/// still be among them. Which candidates stop depends on the threads'
+/// timing; the rows shown do not (`cutoff`).
+///
+/// Without a capacity no allocation fails, so a candidate's lower bound
+/// depends only on its page size (`LowerBound`): the finished candidate of
+/// the same page size has it.
+fn best_rows(
+    input: &TuneInput<'_>,
+    cands: &[Candidate],
+    source: &[usize],
+    rows: Option<usize>,
+    progress: &(dyn Fn() + Sync),
+) -> Vec<Result<crate::Metrics, ReplayError>> {
+    let recorded_at = cands.iter().position(|c| c.config == *input.recorded()).expect("a candidate");
+    let page = |c: &Candidate| if c.config.expandable_segments { c.config.large_segment_size_bytes } else { 0 };
+    // The table shows every row of the recorded settings' string, with its rank.
+    let recorded_rows: Vec<usize> = match rows {
+        Some(_) => (0..cands.len()).filter(|&c| cands[c].conf == cands[recorded_at].conf).collect(),
+        None => Vec::new(),
+    };
+    let mut first: Vec<usize> = vec![source[recorded_at]];
+    for &r in &recorded_rows {
+        if !first.contains(&source[r]) {
+            first.push(source[r]);
+        }
+    }
+    for c in (0..cands.len()).filter(|&c| source[c] == c) {
+        if !first.iter().any(|&f| page(&cands[f]) == page(&cands[c])) {
+            first.push(c);
+        }
+    }
+    let events = input.trace().events.len();
+    let piece = (events / PIECE).max(4096);
+    let cutoff: Cutoff<Key> = Cutoff::new(rows.unwrap_or(1), recorded_rows.len());
+    let done: Vec<OnceLock<Result<crate::Metrics, ReplayError>>> = (0..cands.len()).map(|_| OnceLock::new()).collect();
+    // Who goes on next: those that never stop first, then the best key so far.
+    let queue: Mutex<BinaryHeap<Reverse<(bool, Key)>>> = Mutex::new(
+        (0..cands.len()).filter(|&c| source[c] == c).map(|c| Reverse((!first.contains(&c), (false, false, 0, 0, 0, c)))).collect(),
+    );
+    let runs: Vec<Mutex<Option<ModelRun<'_>>>> = (0..cands.len()).map(|_| Mutex::new(None)).collect();
+    let busy = AtomicUsize::new(0);
+    let finish = |c: usize, result: Result<crate::Metrics, ReplayError>| {
+        for d in (0..cands.len()).filter(|&d| source[d] == c) {
+            let o = Outcome::new(&cands[d].conf, &result, events as u64);
+            if recorded_rows.contains(&d) {
+                cutoff.always_shown(o.key(d));
+            }
+            if o.stopped_at.is_none() {
+                cutoff.finished(o.key(d));
+            }
+            progress();
+        }
+        let _ = done[c].set(result);
+    };
+    let step = |c: usize| -> Option<Key> {
+        let mut slot = lock(&runs[c]);
+        if slot.is_none() {
+            match ModelRun::start(input.prepared, &cands[c].config, None, 0, false) {
+                Ok(run) => *slot = Some(run),
+                Err(e) => {
+                    finish(c, Err(e));
+                    return None;
+                }
+            }
+        }
+        let run = slot.as_mut().expect("started");
+        let until = if first.contains(&c) { events } else { run.applied() + piece };
+        if let Err(e) = run.advance(until) {
+            slot.take();
+            finish(c, Err(e));
+            return None;
+        }
+        // The first of the candidates alike ranks best of them: its key decides.
+        let so_far = run.so_far();
+        let key = (false, so_far.oom_count > 0, so_far.oom_count, so_far.peak_reserved_bytes, so_far.device_calls, c);
+        if run.done() || cutoff.passed(&key) {
+            let (m, _) = slot.take().expect("started").finish();
+            finish(c, Ok(m));
+            return None;
+        }
+        Some(key)
+    };
+    rayon::scope(|s| {
+        for _ in 0..rayon::current_num_threads() {
+            s.spawn(|_| loop {
+                let next = {
+                    let mut queue = lock(&queue);
+                    let next = queue.pop();
+                    if next.is_some() {
+                        busy.fetch_add(1, Ordering::SeqCst);
+                    }
+                    next
+                };
+                match next {
+                    Some(Reverse((later, (.., c)))) => {
+                        if let Some(key) = step(c) {
+                            lock(&queue).push(Reverse((later, key)));
+                        }
+                        busy.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    // Another thread may put its candidate back.
+                    None if busy.load(Ordering::SeqCst) > 0 => std::thread::sleep(std::time::Duration::from_millis(1)),
+                    None => break,
+                }
+            });
+        }
+    });
+    (0..cands.len()).map(|c| done[source[c]].get().expect("replayed").clone()).collect()
 }
 
 fn worst_case(inputs: &[TuneInput<'_>], cands: &[Candidate], grid: &[Vec<Outcome>]) -> WorstCase {
@@ -448,9 +660,10 @@ impl TuneResult {
             "{:>5}  {:>13}  {:>11}  {:>12}  {:<4}  PYTORCH_CUDA_ALLOC_CONF\n",
             "rank", "peak reserved", "vs recorded", "device calls", "OOM"
         ));
+        let hide = |o: &Outcome| (o.rank > rows || o.stopped_at.is_some()) && o.conf != self.recorded.conf;
         for o in &self.candidates {
             let is_recorded = o.conf == self.recorded.conf;
-            if o.rank > rows && !is_recorded {
+            if hide(o) {
                 continue;
             }
             let versus = if self.recorded.peak_reserved_bytes == 0 || o.error.is_some() {
@@ -474,7 +687,7 @@ impl TuneResult {
                 if is_recorded { "  <- recorded" } else { "" }
             ));
         }
-        let hidden = self.candidates.iter().filter(|o| o.rank > rows && o.conf != self.recorded.conf).count();
+        let hidden = self.candidates.iter().filter(|o| hide(o)).count();
         if hidden > 0 {
             out.push_str(&format!("  ({hidden} more; --all shows every row)\n"));
         }
@@ -513,7 +726,7 @@ impl TuneResult {
 
 impl fmt::Display for TuneResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.table(20))
+        f.write_str(&self.table(TABLE_ROWS))
     }
 }
 
@@ -574,7 +787,7 @@ mod tests {
         // Simplest first: one key at a time before any combination.
         let first_combination = all.iter().position(|c| c.conf.contains(',') && !c.conf.contains("garbage")).unwrap();
         assert!(all[1..first_combination].iter().all(|c| !c.conf.contains(',') || c.conf.starts_with("garbage")));
-        let limited = candidates(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(10) });
+        let limited = candidates(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(10), exact: Exact::All });
         assert_eq!(limited.len(), 10);
         assert_eq!(limited[..], all[..10]);
         // No capacity: no garbage collection (it needs a fraction of a known capacity).

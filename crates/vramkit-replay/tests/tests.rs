@@ -11,5 +11,6 @@ pub fn without_invariant_checks() {
 }
 
 mod selfcheck;
+mod tune;
 mod window;
 mod whatif;

@@ -236,7 +236,8 @@ fn tune_table(out: &mut String, r: &Report) {
         return;
     };
     out.push_str("<table><tr><th>rank</th><th>peak reserved</th><th>vs recorded</th><th>device calls</th><th>OOM</th><th>PYTORCH_CUDA_ALLOC_CONF</th></tr>");
-    for o in &t.candidates {
+    // A stopped replay's figures are only what it had reached (`tune::TuneOptions::shown`).
+    for o in t.candidates.iter().filter(|o| o.stopped_at.is_none()) {
         let class = if o.rank == 1 {
             " class=\"best\""
         } else if o.conf == t.recorded.conf {
@@ -262,5 +263,13 @@ fn tune_table(out: &mut String, r: &Report) {
             if o.conf == t.recorded.conf { " (recorded)" } else { "" }
         );
     }
-    out.push_str("</table></section>");
+    out.push_str("</table>");
+    let stopped = t.candidates.iter().filter(|o| o.stopped_at.is_some()).count();
+    if stopped > 0 {
+        let _ = write!(
+            out,
+            "<p class=\"note\">{stopped} more settings rank below these: each replay stopped once it could no longer rank among them (it had reserved more than they did at their peaks). <code>vramkit tune --all</code> replays every one to the end.</p>"
+        );
+    }
+    out.push_str("</section>");
 }

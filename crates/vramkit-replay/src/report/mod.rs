@@ -183,7 +183,7 @@ mod tests {
     use super::*;
     use crate::synthetic::{record, Workload};
     use crate::trace::DeviceTrace;
-    use crate::tune::{tune, TuneInput, TuneOptions};
+    use crate::tune::{tune, Exact, TuneInput, TuneOptions};
 
     #[test]
     fn a_report_on_a_synthetic_trace_draws_both_runs_and_keeps_their_peaks() {
@@ -192,7 +192,7 @@ mod tests {
         let recorded = AllocatorConfig::pytorch_default();
         let prepared = PreparedTrace::new(trace, recorded, None).unwrap();
         let input = TuneInput { label: "synthetic".into(), prepared: &prepared, capacity_bytes: None };
-        let t = tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(12) }, &|| ()).unwrap();
+        let t = tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(12), exact: Exact::All }, &|| ()).unwrap();
         let t = &t.results[0];
         let diagnosis = crate::doctor::diagnose(&prepared, Some(t)).unwrap();
         let report = build(&ReportInput {
