@@ -703,6 +703,14 @@ impl fmt::Display for Recommendation {
     }
 }
 
+/// Explaining an out-of-memory error is a question asked of a prepared trace.
+impl PreparedTrace<'_> {
+    /// The first `oom` entry explained (see `doctor`); `None` without one.
+    pub fn explain_oom(&self) -> Result<Option<OomExplanation>, ReplayError> {
+        explain_oom(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -272,3 +272,23 @@ impl<'a> ModelRun<'a> {
 fn largest_free_block(segments: &[vramkit_core::SegmentInfo]) -> u64 {
     segments.iter().flat_map(|s| &s.blocks).filter(|b| !b.state.is_active()).map(|b| b.size).max().unwrap_or(0)
 }
+
+/// Model replays are questions asked of a prepared trace.
+impl PreparedTrace<'_> {
+    /// A model replay under `config` on a device of `capacity_bytes`
+    /// (`None`: unlimited), keeping about `timeline_points` samples.
+    pub fn model_replay(&self, config: &AllocatorConfig, capacity_bytes: Option<u64>, timeline_points: usize) -> Result<Metrics, ReplayError> {
+        run(self, config, capacity_bytes, timeline_points, false).map(|(m, _)| m)
+    }
+
+    /// Like [`model_replay`](Self::model_replay), and also the state when
+    /// reserved bytes first reached their peak.
+    pub fn model_replay_at_peak(
+        &self,
+        config: &AllocatorConfig,
+        capacity_bytes: Option<u64>,
+        timeline_points: usize,
+    ) -> Result<(Metrics, PeakState), ReplayError> {
+        run(self, config, capacity_bytes, timeline_points, true).map(|(m, s)| (m, s.unwrap_or_default()))
+    }
+}

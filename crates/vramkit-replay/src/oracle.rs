@@ -194,3 +194,11 @@ pub(crate) fn run(prepared: &PreparedTrace<'_>, timeline_points: usize) -> Metri
     m.utilization = if m.peak_reserved_bytes == 0 { 0.0 } else { m.peak_allocated_bytes as f64 / m.peak_reserved_bytes as f64 };
     m
 }
+
+/// The oracle replay is a question asked of a prepared trace.
+impl PreparedTrace<'_> {
+    /// The trace's own placement, replayed (see `oracle`).
+    pub fn oracle_replay(&self, timeline_points: usize) -> Metrics {
+        run(self, timeline_points)
+    }
+}

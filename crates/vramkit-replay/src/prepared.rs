@@ -12,11 +12,14 @@
 //! replay needs it (or when `verify` makes it). Then `tune` replays every
 //! candidate, `doctor` explains, `report` draws and `verify` checks from
 //! this one value.
+//!
+//! This file holds the facts only. The questions are methods of
+//! [`PreparedTrace`] written beside the code that answers them
+//! (`verify`: the reading, `verify()`; `model`: `model_replay`; `oracle`:
+//! `oracle_replay`; `doctor`: `explain_oom`), so every module depends on
+//! this one and this one on none of them.
 
 use crate::blocks::Blocks;
-use crate::doctor::OomExplanation;
-use crate::metrics::Metrics;
-use crate::model::PeakState;
 use crate::pools::{Overrides, PoolRouting};
 use crate::reading::Reading;
 use crate::releases::{classify_with_capacity, ReleaseRun};
@@ -152,33 +155,6 @@ impl<'t> PreparedTrace<'t> {
     /// The reading and routing judged once (see `verify`), if they were.
     pub(crate) fn judged_once(&self) -> &OnceLock<Result<Judged, ReplayError>> {
         &self.judged
-    }
-
-    /// A model replay under `config` on a device of `capacity_bytes`
-    /// (`None`: unlimited), keeping about `timeline_points` samples.
-    pub fn model_replay(&self, config: &AllocatorConfig, capacity_bytes: Option<u64>, timeline_points: usize) -> Result<Metrics, ReplayError> {
-        crate::model::run(self, config, capacity_bytes, timeline_points, false).map(|(m, _)| m)
-    }
-
-    /// Like [`model_replay`](Self::model_replay), and also the state when
-    /// reserved bytes first reached their peak.
-    pub fn model_replay_at_peak(
-        &self,
-        config: &AllocatorConfig,
-        capacity_bytes: Option<u64>,
-        timeline_points: usize,
-    ) -> Result<(Metrics, PeakState), ReplayError> {
-        crate::model::run(self, config, capacity_bytes, timeline_points, true).map(|(m, s)| (m, s.unwrap_or_default()))
-    }
-
-    /// The trace's own placement, replayed (see `oracle`).
-    pub fn oracle_replay(&self, timeline_points: usize) -> Metrics {
-        crate::oracle::run(self, timeline_points)
-    }
-
-    /// The first `oom` entry explained (see `doctor`); `None` without one.
-    pub fn explain_oom(&self) -> Result<Option<OomExplanation>, ReplayError> {
-        crate::doctor::explain_oom(self)
     }
 
     /// An allocator in the start state under `config`, on `device`
