@@ -329,15 +329,14 @@ impl<'a> Driver<'a> {
                             self.release_mismatch = Some((i, recorded, model_released));
                         }
                     }
-                    let call = replay_as_empty_cache(self.runs, self.events, i, model, self.held > 0);
+                    let judged = replay_as_empty_cache(self.runs, self.events, i, model, self.held > 0);
                     // A retry ladder's last stage is replayed as a release
                     // here, where the model is PyTorch; under other settings
                     // only the user's calls are forced.
-                    let users = self.runs.binary_search_by_key(&i, |r| r.0).is_ok_and(|k| self.runs[k].1 == ReleaseRun::EmptyCache);
-                    if call && users {
+                    if judged == Some(ReleaseRun::EmptyCache) {
                         self.reading.to_mut().calls.push(i);
                     }
-                    call
+                    judged.is_some()
                 };
                 if call {
                     model.empty_cache();

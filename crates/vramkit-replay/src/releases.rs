@@ -75,42 +75,55 @@ pub fn classify_release_runs(events: &Entries) -> Vec<(usize, ReleaseRun)> {
 /// searched. So a "ladder" run whose request the cache could serve after
 /// `empty_cache()` is the ladder: after a call, that request would have
 /// been served from the cache, with no new segment and no `oom`.
+///
+/// Returns what the run is replayed as: `None`, not as `empty_cache()` (the
+/// model's own `malloc` releases what it releases); else the user's call
+/// ([`ReleaseRun::EmptyCache`]) or the ladder's last stage.
 pub fn replay_as_empty_cache(
     runs: &[(usize, ReleaseRun)],
     events: &Entries,
     start: usize,
     model: &CachingAllocator<SimDevice>,
     unsynced_holds: bool,
-) -> bool {
+) -> Option<ReleaseRun> {
     if unsynced_holds {
-        return false;
+        return None;
     }
-    let Ok(k) = runs.binary_search_by_key(&start, |r| r.0) else { return false };
+    let k = runs.binary_search_by_key(&start, |r| r.0).ok()?;
     let recorded = releases(events.iter_range(start..events.len()));
     let request = request_after(events, start).map(|(_, r)| r);
     let after = model.after_empty_cache();
     if recorded != after.released() {
-        return false;
+        return None;
     }
-    if runs[k].1 == ReleaseRun::RetryLadder {
+    let kind = runs[k].1;
+    if kind == ReleaseRun::RetryLadder {
         // With expandable segments a refused first attempt leaves something
         // behind: the reservation it made when no segment had room, which
         // the retry then maps first (the lowest address). Where the model's
-        // own first attempt fails too, its own ladder repeats it all. (Not
-        // where torch 2.4's targeted release would die on an expandable
-        // block, GitHub #119452: the release it recorded is replayed.)
+        // own first attempt fails too, its own ladder repeats it all, unless
+        // the request went where it goes after a call and not where the
+        // ladder puts it: then the user called `empty_cache()` just before a
+        // request that needed the memory released. (Not where torch 2.4's
+        // targeted release would die on an expandable block, GitHub
+        // #119452: the release it recorded is replayed.)
         let config = model.config();
         let asserts = config.compat.release_considers_expandable && config.max_split_size_bytes.is_some();
         if config.expandable_segments && !asserts && request.is_some_and(|r| !model.first_attempt_fits(r.size, StreamId(r.stream))) {
-            return false;
+            let placed_by_call = request.is_some_and(|r| {
+                let placed = |empty_cache_first| model.malloc_address(r.size, StreamId(r.stream), empty_cache_first) == Some(DeviceAddr(r.addr));
+                r.action == TraceAction::Alloc && placed(true) && !placed(false)
+            });
+            return placed_by_call.then_some(ReleaseRun::EmptyCache);
         }
-        return !request.is_some_and(|r| after.fits_in_cache(r.size, StreamId(r.stream)));
+        return (!request.is_some_and(|r| after.fits_in_cache(r.size, StreamId(r.stream)))).then_some(kind);
     }
     // A request right after the run, with no new memory: after a call the
     // cache served it, by best fit. Elsewhere, it was the ladder's (an
     // expandable segment's free end grows, or a targeted release made room).
     let served_directly = events.actions().get(start + recorded.len()) == Some(&TraceAction::Alloc);
-    !(served_directly && request.is_some_and(|r| after.cache_address(r.size, StreamId(r.stream)) != Some(DeviceAddr(r.addr))))
+    let misplaced = served_directly && request.is_some_and(|r| after.cache_address(r.size, StreamId(r.stream)) != Some(DeviceAddr(r.addr)));
+    (!misplaced).then_some(kind)
 }
 
 /// A segment event: a new or released segment, or pages mapped or unmapped.

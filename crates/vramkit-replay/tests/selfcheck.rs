@@ -221,6 +221,36 @@ fn expandable_ladder_sized_by_its_refused_attempt() {
     check_from("expandable_segments:True", 107, 1200 * MIB, usize::MAX, 2, true, Start::Process);
 }
 
+/// `empty_cache()` just before a request that needs what it released,
+/// under expandable segments on a full device (issue 12, torch 2.15 "tight"
+/// seed 15): the releases, a map and the `alloc` look like a retry ladder,
+/// and the request's first attempt would have failed. But a ladder's
+/// refused first attempt leaves a new reservation, below the old one, that
+/// its retry maps; this request was mapped in the hole the call unmapped.
+#[test]
+fn empty_cache_call_before_an_expandable_request_that_needs_it() {
+    crate::without_invariant_checks();
+    let capacity = 1200 * MIB;
+    let config = AllocatorConfig::parse("expandable_segments:True,max_split_size_mb:256").unwrap();
+    let device = SimDevice::new(capacity).with_first_fit();
+    let mut a = CachingAllocator::new(device, config.clone());
+    a.record_history(Some(HistoryConfig::default()));
+    let _low = a.malloc(100 * MIB, StreamId(0)).unwrap();
+    let interior = a.malloc(700 * MIB, StreamId(0)).unwrap();
+    let _high = a.malloc(380 * MIB, StreamId(0)).unwrap();
+    a.free(interior).unwrap();
+    // Oversize: the 700 MiB free block is too large to be reused for it,
+    // and the unmapped end after the 380 MiB block too small.
+    a.empty_cache();
+    let placed = a.malloc(600 * MIB, StreamId(0)).unwrap();
+    assert_eq!(placed, interior, "mapped where the call unmapped");
+    let snap = a.snapshot();
+    for trace in DeviceTrace::split(&snap) {
+        let report = vramkit_replay::verify_with_capacity(&trace, &config, Some(capacity)).unwrap();
+        assert!(report.passed(), "{:#?}", report.first_divergence);
+    }
+}
+
 /// torch 2.12 orders free blocks of equal size by the age of the block
 /// object (a merge keeps the freed block's), so the order in which held
 /// blocks are freed shows in later placements: blocks whose events

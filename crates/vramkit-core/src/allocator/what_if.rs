@@ -159,6 +159,22 @@ impl<D: Device> CachingAllocator<D> {
         copy.alloc_block(&mut params, false, &context).unwrap_or(false)
     }
 
+    /// The address `malloc(size, stream)` would return now, retry ladder and
+    /// all, after an `empty_cache()` call first when `empty_cache_first`,
+    /// on a copy of this allocator and its device; `None` when it would run
+    /// out of memory. The allocator itself is not changed.
+    pub fn malloc_address(&self, size: u64, stream: StreamId, empty_cache_first: bool) -> Option<DeviceAddr>
+    where
+        D: Clone,
+    {
+        let mut copy = self.clone_state_onto(self.device.clone());
+        copy.history = None;
+        if empty_cache_first {
+            copy.release_cached_blocks(None);
+        }
+        copy.malloc_impl(size, stream, None).ok().map(DeviceAddr)
+    }
+
     /// Would `malloc(size, stream)` be served from the cache if the block
     /// allocated at `ptr` were freed first (merging with its free
     /// neighbours)? `false` when `ptr` is not allocated. Changes nothing.
