@@ -140,6 +140,10 @@ const PINNED: &[(&str, &str, &str, u64)] = &[
     ("2.4.1", "pools", "roundup_power2_divisions:4", 11),
     ("2.12.0", "pools", "", 11),
     ("2.4.1", "pools", "", 8),
+    // Expandable segments with private pools under 2.4, which gives the
+    // pools classic segments: a classic segment is a pool's.
+    ("2.4.1", "pools", "expandable_segments:True", 3),
+    ("2.4.1", "pools", "expandable_segments:True", 9),
     // `empty_cache()` just before a request that needed what it released,
     // under expandable segments on a full device: read as the retry
     // ladder, whose refused first attempt leaves a new reservation that

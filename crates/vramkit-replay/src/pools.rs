@@ -78,9 +78,16 @@ struct Span {
     /// An allocation placed in it followed frees completed by that
     /// `malloc`'s `process_events()` (see [`PoolRouting::may_become_private`]).
     after_process_events: bool,
+    /// Mapped pages (an expandable segment), not one `cudaMalloc`.
+    expandable: bool,
 }
 
 impl PoolRouting {
+    /// Whether segment `k` is an expandable segment (mapped pages).
+    pub fn is_expandable(&self, k: usize) -> bool {
+        self.spans[k].expandable
+    }
+
     /// Whether the trace shows private pools.
     pub fn uses_pools(&self) -> bool {
         !self.spans.is_empty()
@@ -305,6 +312,7 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
             named: s.pool.is_some(),
             entries: s.entries.clone(),
             after_process_events: s.entries.iter().any(|&i| events.actions()[i] == TraceAction::Alloc && after_process_events(events, i)),
+            expandable: s.expandable,
         })
         .collect();
     // Named pools first; then an unnamed segment takes the pool a replay

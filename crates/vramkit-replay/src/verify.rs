@@ -295,13 +295,18 @@ fn one_pass(
     let (mut alloc_events, mut placed_same) = (0u64, 0u64);
     for (i, e) in events.iter().enumerate() {
         // A new segment PyTorch made while the default pools held a block
-        // that fits was made for a private pool: a capture routed the
-        // request there. Such a segment is routed to a pool of its own
-        // before the request is replayed.
+        // that fits (or an expandable segment the request would grow, or
+        // of a kind the default pools do not make) was made for a private
+        // pool: a capture routed the request there. Such a segment is
+        // routed to a pool of its own before the request is replayed.
         if e.action == TraceAction::Alloc && first_divergence.is_none() {
             if let Some(k) = driver.routing().made_by(i).filter(|&k| driver.routing().may_become_private(k)) {
                 model.process_events();
-                if model.fits_in_cache(e.size, StreamId(e.stream)) || grows_instead(&model, e) {
+                // Where private pools get classic segments while the
+                // default pools' are expandable (torch 2.4), a classic one
+                // is a private pool's.
+                let classic_for_a_pool = config.expandable_segments && !config.compat.expandable_in_private_pools && !driver.routing().is_expandable(k);
+                if classic_for_a_pool || model.fits_in_cache(e.size, StreamId(e.stream)) || grows_instead(&model, e) {
                     driver.route_to_own_pool(k);
                 }
             }
