@@ -151,23 +151,11 @@ selfcheck! {
 
 /// Seeds of `check` that do not verify exactly, out of `seeds`.
 fn failing(conf: &str, seeds: std::ops::RangeInclusive<u64>, capacity: u64, window: usize, streams: u64, rs: bool) -> Vec<u64> {
-    failing_from(conf, seeds, capacity, window, streams, rs, Start::Usual)
+    failing_under(Compat::R26, conf, seeds, capacity, window, streams, rs, Start::Usual)
 }
 
-fn failing_from(
-    conf: &str,
-    seeds: std::ops::RangeInclusive<u64>,
-    capacity: u64,
-    window: usize,
-    streams: u64,
-    rs: bool,
-    start: Start,
-) -> Vec<u64> {
-    failing_under(Compat::R26, conf, seeds, capacity, window, streams, rs, start)
-}
-
-/// `failing_from` under the rules of another release.
-#[allow(clippy::too_many_arguments)] // failing_from's knobs and the rules
+/// `failing` from another start, under the rules of a release.
+#[allow(clippy::too_many_arguments)] // failing's knobs, the start and the rules
 fn failing_under(
     compat: Compat,
     conf: &str,
@@ -305,7 +293,7 @@ fn refusals_under_every_setting() {
             report.push(format!("{conf:?} (record_stream {rs}): {} of 100 diverge, at most {most}: {bad:?}", bad.len()));
         }
         // Recorded from the process start, no block tail is unknown.
-        let bad = failing_from(conf, 1..=100, capacity, usize::MAX, streams, rs, Start::Process);
+        let bad = failing_under(Compat::R26, conf, 1..=100, capacity, usize::MAX, streams, rs, Start::Process);
         let most = if conf == EXP_SPLIT && rs { most } else { 0 };
         if bad.len() > most {
             report.push(format!("{conf:?} (record_stream {rs}), recorded from the start: {} of 100 diverge: {bad:?}", bad.len()));
