@@ -9,6 +9,7 @@
 //! innermost MARK (as in CPython), so no input can make it panic or blow up.
 
 mod entry;
+mod rows;
 
 use super::input::Input;
 use super::op;
@@ -75,6 +76,7 @@ pub(crate) fn parse_input(input: Input<'_>) -> Result<Parsed, TraceError> {
         fresh_items: Vec::new(),
         fresh: Vec::new(),
         puts: Vec::new(),
+        rows: rows::Rows::for_input(len),
     }
     .run()
 }
@@ -101,6 +103,8 @@ pub(super) struct Unpickler<'a> {
     pub(super) fresh_items: Vec<Item>,
     fresh: Vec<entry::Fresh>,
     pub(super) puts: Vec<usize>,
+    /// How trace entries reach `tree.entry_rows` (`rows.rs`).
+    rows: rows::Rows,
 }
 
 impl<'a> Unpickler<'a> {
@@ -135,6 +139,7 @@ impl<'a> Unpickler<'a> {
                 }
                 op::STOP => {
                     let root = self.pop(at, code)?;
+                    self.rows.settle(&mut self.tree.entry_rows);
                     return Ok(Parsed { tree: self.tree, root, protocol: self.protocol });
                 }
                 op::MARK => {
@@ -387,7 +392,9 @@ impl<'a> Unpickler<'a> {
         Ok(())
     }
 
-    fn wrong_target(&self, target: Item, expected: &str, at: usize, code: u8) -> TraceError {
+    fn wrong_target(&mut self, target: Item, expected: &str, at: usize, code: u8) -> TraceError {
+        // A trace entry is described from its row.
+        self.rows.settle(&mut self.tree.entry_rows);
         TraceError::pickle(
             at,
             format!("{}: expected {expected} on the stack, found {}", op::name(code), self.tree.describe(target)),

@@ -558,7 +558,7 @@ impl Unpickler<'_> {
             puts: &mut self.puts,
         };
         let Some(found) = scan.dict() else { return false };
-        let item = Item::entry(self.tree.entry_rows.len());
+        let item = Item::entry(self.rows.len());
         self.commit_put(found.put, item);
         let mut nodes = [0usize; MAX_FRESH];
         for (k, node) in nodes.iter_mut().enumerate().take(self.fresh.len()) {
@@ -577,12 +577,8 @@ impl Unpickler<'_> {
             Ref::Node(id) => id as u32 + 1,
             Ref::Fresh(k) => nodes[k] as u32 + 1,
         });
-        self.tree.entry_rows.push_raw(found.entry, found.time_us, ids);
-        if self.tree.entry_rows.len() == 1 {
-            // Room for as many entries as the rest of the input may hold
-            // (at least 24 bytes each; memory reserved is not touched).
-            self.tree.entry_rows.reserve(self.input.remaining() / 24);
-        }
+        let remaining = self.input.remaining();
+        self.rows.push(&mut self.tree.entry_rows, found.entry, found.time_us, ids, remaining);
         self.stack.push(item);
         self.input.pos = found.end;
         true
