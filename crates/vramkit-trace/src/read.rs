@@ -57,7 +57,7 @@ pub fn read_trace_file(path: impl AsRef<Path>) -> Result<TraceFile, TraceError> 
     let mut head = Vec::new();
     (&mut file).take(SNIFF_BYTES).read_to_end(&mut head).map_err(io)?;
     let read = if sniff(&head) == Some(Encoding::Pickle) {
-        pickle::read::parse_input(Input::reader(head, file, len))
+        pickle::read::parse_input(Input::file(head, file, len))
             .and_then(|parsed| decode::decode(parsed.tree, parsed.root, parsed.protocol))
     } else {
         file.read_to_end(&mut head).map_err(io)?;

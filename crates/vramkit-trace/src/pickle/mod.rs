@@ -3,6 +3,7 @@
 //! viewer accepts ([`write`](mod@write)).
 
 pub(crate) mod input;
+mod read_ahead;
 pub mod read;
 /// The owned value a pickle reads into and is written from (defined at the
 /// crate's root, beside the document that freezes into it).
