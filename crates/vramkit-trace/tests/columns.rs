@@ -163,3 +163,61 @@ proptest::proptest! {
         }
     }
 }
+
+/// CPython's own pickles of a trace whose entries have the usual form
+/// (protocol 2 puts each dict with `BINPUT`, then `LONG_BINPUT`; 4 with
+/// `MEMOIZE`; one dict appended twice is a memo reference): every entry
+/// reads as CPython wrote it, past the window's and the memo's edges.
+#[test]
+fn cpython_pickles_of_usual_entries_read_as_written() {
+    let Some(python) = crate::common::python3() else { return };
+    const PY: &str = r#"
+import pickle, sys
+stack = [{"name": "f", "filename": "a.py", "line": 3}]
+other = [{"name": "g", "filename": "b.py", "line": 4}]
+trace = []
+for i in range(300_000):
+    e = {"action": ["alloc", "free_requested", "free_completed"][i % 3], "addr": 0x7f0000000000 + (i % 4096) * 512,
+         "size": (i * 7919) % (1 << 33), "stream": -5 if i % 101 == 50 else i % 3}
+    if i % 1000 != 7:
+        e["time_us"] = 1_700_000_000_000_000 + i
+    if i % 5 != 0:
+        e["frames"] = stack if i % 7 else other
+    trace.append(e)
+    if i % 9973 == 1:
+        trace.append(e)
+doc = {"segments": [], "device_traces": [trace]}
+with open(sys.argv[1], "wb") as f:
+    pickle.dump(doc, f, protocol=int(sys.argv[2]))
+"#;
+    // The same entries, built here.
+    let frames = |name: &str, file: &str, line| -> Frames { Arc::from(vec![Frame { filename: file.into(), line, name: name.into() }]) };
+    let (stack, other) = (frames("f", "a.py", 3), frames("g", "b.py", 4));
+    let mut expected = Vec::new();
+    for i in 0..300_000u64 {
+        let action = [TraceAction::Alloc, TraceAction::FreeRequested, TraceAction::FreeCompleted][(i % 3) as usize];
+        let stream = if i % 101 == 50 { -5i64 as u64 } else { i % 3 };
+        let mut e = TraceEntry::new(action, 0x7f00_0000_0000 + (i % 4096) * 512, (i * 7919) % (1 << 33), stream);
+        e.time_us = (i % 1000 != 7).then_some(1_700_000_000_000_000 + i);
+        e.frames = (i % 5 != 0).then(|| if i % 7 != 0 { stack.clone() } else { other.clone() });
+        expected.push(e.clone());
+        if i % 9973 == 1 {
+            expected.push(e);
+        }
+    }
+    for protocol in [2, 4] {
+        let path = temp_path(&format!("cpython-usual-{protocol}.pickle"));
+        let out = std::process::Command::new(python).arg("-c").arg(PY).arg(&path).arg(protocol.to_string()).output().expect("python3 runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let streamed = read_trace_file(&path).expect("reads");
+        let bytes = std::fs::read(&path).expect("written");
+        let _ = std::fs::remove_file(&path);
+        let whole = read_snapshot_bytes(&bytes).expect("reads");
+        let trace = streamed.into_snapshot_file().snapshot.device_traces.remove(0);
+        assert_eq!(trace.len(), expected.len(), "protocol {protocol}");
+        for (k, (got, want)) in trace.iter().zip(&expected).enumerate() {
+            assert_eq!(got, want, "protocol {protocol}: entry {k}");
+        }
+        assert_eq!(whole.snapshot.device_traces[0], trace, "protocol {protocol}: from bytes");
+    }
+}

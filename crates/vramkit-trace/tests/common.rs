@@ -34,3 +34,12 @@ pub fn temp_path(tag: &str) -> PathBuf {
 pub fn small_snapshot() -> Vec<u8> {
     std::fs::read(traces_dir().join("pytorch_snapshots/cs336_silmont2000__mem_snapshot.pickle")).expect("readable")
 }
+
+/// `python3`, if this machine has it (else the test says it skips).
+pub fn python3() -> Option<&'static str> {
+    let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: python3 is not available");
+    }
+    ok.then_some("python3")
+}

@@ -1,7 +1,7 @@
 //! Read -> write -> read gives the same model, for every real file, in
 //! pickle and in JSON; CPython loads what we write.
 
-use crate::common::{snapshot_files, temp_path, traces_dir};
+use crate::common::{python3, snapshot_files, temp_path, traces_dir};
 use std::collections::HashSet;
 use std::process::Command;
 use std::sync::Arc;
@@ -100,14 +100,6 @@ fn legacy_files_can_be_written_in_the_current_layout() {
     assert_eq!(again.snapshot, file.snapshot, "the model survives the change of layout");
     let keys = again.keys.expect("keys");
     assert!(keys.block.contains("address") && keys.block.contains("frames") && !keys.block.contains("history"));
-}
-
-fn python3() -> Option<&'static str> {
-    let ok = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipping: python3 is not available");
-    }
-    ok.then_some("python3")
 }
 
 /// Loads with CPython and prints counts plus the set of opcodes used.

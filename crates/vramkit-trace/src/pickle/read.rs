@@ -77,6 +77,7 @@ pub(crate) fn parse_input(input: Input<'_>) -> Result<Parsed, TraceError> {
         fresh: Vec::new(),
         puts: Vec::new(),
         rows: rows::Rows::for_input(len),
+        last_stack: Item::UNSET,
     }
     .run()
 }
@@ -105,6 +106,8 @@ pub(super) struct Unpickler<'a> {
     pub(super) puts: Vec<usize>,
     /// How trace entries reach `tree.entry_rows` (`rows.rs`).
     rows: rows::Rows,
+    /// The list the last usual trace entry had for its stack (`entry.rs`).
+    last_stack: Item,
 }
 
 impl<'a> Unpickler<'a> {

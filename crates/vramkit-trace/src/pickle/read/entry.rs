@@ -366,65 +366,6 @@ impl Scan<'_> {
         Some(Ref::Fresh(self.make(Fresh::List { items, put })?))
     }
 
-    /// Whether the key at `*p` is a memo reference to the str `word`
-    /// spells, already classified; if so, `*p` moves past it.
-    #[inline(always)]
-    fn key(&self, p: &mut usize, word: Word) -> bool {
-        match self.data.get(*p..*p + 2) {
-            Some(&[op::BINGET, index]) if self.key_words.get(usize::from(index)) == Some(&Some(word)) => {
-                *p += 2;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// The pairs of the usual entry, from after `MARK` through `SETITEMS`,
-    /// read in one straight line: `action` (a str already seen), `addr`,
-    /// `size`, `stream`, then perhaps `time_us` and `frames` (a list
-    /// already seen), no `FRAME` between. Anything else is for the general
-    /// loop, from the `MARK` again (nothing here changes anything).
-    #[inline(always)]
-    fn usual(&self, put: Put) -> Option<Scanned> {
-        let d = self.data;
-        let mut p = self.p;
-        if !self.key(&mut p, Word::Action) {
-            return None;
-        }
-        let action = match d.get(p..p + 2) {
-            Some(&[op::BINGET, index]) => self.key_words.get(usize::from(index)).copied().flatten()?.action()?,
-            _ => return None,
-        };
-        p += 2;
-        if action == TraceAction::Oom || !self.key(&mut p, Word::Addr) {
-            return None;
-        }
-        let addr = int_field(d, &mut p, false)?;
-        if !self.key(&mut p, Word::Size) {
-            return None;
-        }
-        let size = int_field(d, &mut p, false)?;
-        if !self.key(&mut p, Word::Stream) {
-            return None;
-        }
-        let stream = int_field(d, &mut p, true)?;
-        let time_us = if self.key(&mut p, Word::TimeUs) { Some(int_field(d, &mut p, true)?) } else { None };
-        let mut refs = [Ref::None; 3];
-        if self.key(&mut p, Word::Frames) {
-            let index = match d.get(p..p + 2) {
-                Some(&[op::BINGET, index]) => usize::from(index),
-                _ => return None,
-            };
-            let item = self.memo_item(index).filter(|&item| self.tree.is_seq(item))?;
-            refs[0] = Ref::Node(item.node_id()?);
-            p += 2;
-        }
-        if *d.get(p)? != op::SETITEMS {
-            return None;
-        }
-        Some(Scanned { end: p + 1, put, entry: Entry { action, addr, size, stream }, time_us, refs })
-    }
-
     /// The whole dict, from `EMPTY_DICT` through `SETITEMS`.
     fn dict(&mut self) -> Option<Scanned> {
         if self.byte()? != op::EMPTY_DICT {
@@ -437,9 +378,6 @@ impl Scan<'_> {
             return None;
         }
         self.p += 1;
-        if let Some(found) = self.usual(put) {
-            return Some(found);
-        }
         let (mut action, mut addr, mut device_free, mut size, mut stream, mut time_us) = (None, None, None, None, None, None);
         let mut refs = [Ref::None; 3];
         // The window and position in locals (kept in registers); `self.p`
@@ -540,6 +478,9 @@ impl Unpickler<'_> {
         if self.tree.nodes.len() + MAX_FRESH >= u32::MAX as usize {
             return false;
         }
+        if self.usual_entry(start) {
+            return true;
+        }
         self.fresh_items.clear();
         self.fresh.clear();
         self.puts.clear();
@@ -581,6 +522,82 @@ impl Unpickler<'_> {
         self.rows.push(&mut self.tree.entry_rows, found.entry, found.time_us, ids, remaining);
         self.stack.push(item);
         self.input.pos = found.end;
+        true
+    }
+
+    /// The usual entry read in one straight line, straight into its row:
+    /// `EMPTY_DICT`, perhaps a `MEMOIZE` or `BINPUT` to a free slot, `MARK`,
+    /// then `action` (a str already seen), `addr`, `size`, `stream`,
+    /// perhaps `time_us` and `frames` (a list already seen), each key a
+    /// `BINGET` of its str, and `SETITEMS`, no `FRAME` between. False,
+    /// having changed nothing, for anything else (then [`Scan`] reads it).
+    #[inline(always)]
+    fn usual_entry(&mut self, start: usize) -> bool {
+        let d = self.input.data();
+        let words = &self.key_words[..];
+        // Whether `[BINGET, index]` at `p` names `word`, moving past it.
+        let key = |p: &mut usize, word: Word| match d.get(*p..*p + 2) {
+            Some(&[op::BINGET, index]) if words.get(usize::from(index)) == Some(&Some(word)) => {
+                *p += 2;
+                true
+            }
+            _ => false,
+        };
+        // The memo slot the dict is put in (`usize::MAX`: none).
+        let (put, slot, mut p) = match d.get(start..start + 3) {
+            Some(&[op::EMPTY_DICT, op::MARK, _]) => (Put::None, usize::MAX, start + 2),
+            Some(&[op::EMPTY_DICT, op::MEMOIZE, op::MARK]) => (Put::Memoize, self.memo_len, start + 3),
+            Some(&[op::EMPTY_DICT, op::BINPUT, index]) if d.get(start + 3) == Some(&op::MARK) => {
+                (Put::At(usize::from(index)), usize::from(index), start + 4)
+            }
+            _ => return false,
+        };
+        let taken = |slot: usize| slot >= self.input.len() || self.memo.get(slot).is_some_and(|&item| item != Item::UNSET);
+        if (slot != usize::MAX && taken(slot)) || !key(&mut p, Word::Action) {
+            return false;
+        }
+        let action = match d.get(p..p + 2) {
+            Some(&[op::BINGET, index]) => words.get(usize::from(index)).copied().flatten().and_then(Word::action),
+            _ => None,
+        };
+        let Some(action) = action.filter(|&a| a != TraceAction::Oom) else { return false };
+        p += 2;
+        let Some(addr) = key(&mut p, Word::Addr).then(|| int_field(d, &mut p, false)).flatten() else { return false };
+        let Some(size) = key(&mut p, Word::Size).then(|| int_field(d, &mut p, false)).flatten() else { return false };
+        let Some(stream) = key(&mut p, Word::Stream).then(|| int_field(d, &mut p, true)).flatten() else { return false };
+        let time_us = if key(&mut p, Word::TimeUs) {
+            match int_field(d, &mut p, true) {
+                Some(t) => Some(t),
+                None => return false,
+            }
+        } else {
+            None
+        };
+        let mut frames = 0;
+        if key(&mut p, Word::Frames) {
+            let Some(&[op::BINGET, index]) = d.get(p..p + 2) else { return false };
+            let index = usize::from(index);
+            let held = self.memo.get(index).copied().filter(|&item| index != slot && item != Item::UNSET);
+            let Some(list) = held else { return false };
+            // The last entry's stack is usually this one's: a list then.
+            if list != self.last_stack && !self.tree.is_seq(list) {
+                return false;
+            }
+            let Some(id) = list.node_id() else { return false };
+            self.last_stack = list;
+            // Ids are stored plus 1 in 32 bits (`one_entry` checked they fit).
+            frames = id as u32 + 1;
+            p += 2;
+        }
+        if d.get(p) != Some(&op::SETITEMS) {
+            return false;
+        }
+        let item = Item::entry(self.rows.len());
+        self.commit_put(put, item);
+        let remaining = self.input.remaining();
+        self.rows.push(&mut self.tree.entry_rows, Entry { action, addr, size, stream }, time_us, [frames, 0, 0], remaining);
+        self.stack.push(item);
+        self.input.pos = p + 1;
         true
     }
 
