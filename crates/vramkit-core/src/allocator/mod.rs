@@ -118,7 +118,13 @@ pub struct CachingAllocator<D: Device> {
     /// Whether frees may be parked (always, but for the tests that compare
     /// against the allocator without it).
     pub(crate) parking: bool,
+    /// The last size `malloc` rounded and what it rounded to
+    /// (`NO_ROUNDING` when none, or the settings changed since).
+    pub(crate) last_rounding: (u64, u64),
 }
+
+/// `last_rounding` when there is none: a size no request reaches rounding with.
+pub(crate) const NO_ROUNDING: (u64, u64) = (u64::MAX, 0);
 
 /// A fast hasher for 512-byte-aligned addresses.
 #[derive(Default, Clone, Copy, Debug)]
@@ -173,6 +179,7 @@ impl<D: Device> CachingAllocator<D> {
             parked: None,
             split_memo: None,
             parking: true,
+            last_rounding: NO_ROUNDING,
         };
         if allocator.config.per_process_memory_fraction < 1.0 {
             allocator.apply_memory_fraction(allocator.config.per_process_memory_fraction);
@@ -382,6 +389,7 @@ impl<D: Device> CachingAllocator<D> {
         self.settle_parked();
         let fraction_before = self.config.per_process_memory_fraction;
         let max_split_before = self.config.max_split_size_bytes;
+        self.last_rounding = NO_ROUNDING;
         self.config.update(conf)?;
         self.max_split_size_changed |= self.config.max_split_size_bytes != max_split_before;
         if self.config.per_process_memory_fraction != fraction_before {
@@ -396,6 +404,7 @@ impl<D: Device> CachingAllocator<D> {
         self.settle_parked();
         self.max_split_size_changed |= config.max_split_size_bytes != self.config.max_split_size_bytes;
         self.config = config;
+        self.last_rounding = NO_ROUNDING;
         self.apply_memory_fraction(self.config.per_process_memory_fraction);
         Ok(())
     }
