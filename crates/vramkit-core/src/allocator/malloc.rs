@@ -123,7 +123,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// `alloc_params` for `size`, which is `round_size(orig_size)`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn alloc_params_rounded(&self, orig_size: u64, size: u64, stream: StreamId) -> AllocParams {
         let pool = self.get_pool(size, stream);
         AllocParams {

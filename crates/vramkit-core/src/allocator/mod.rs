@@ -253,6 +253,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `malloc` with no stack context. A zero-byte request returns the null
     /// address and changes nothing, as PyTorch's front end does.
+    #[inline]
     pub fn malloc(&mut self, size: u64, stream: StreamId) -> Result<DeviceAddr, Error> {
         self.malloc_with_context(size, stream, None)
     }
@@ -260,7 +261,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `malloc`, remembering `context` (the caller's stack) for snapshots and history.
     /// Inlined up to the parked free it may take back (the search is out
     /// of line): the cache-hit pair then makes no call.
-    #[inline]
+    #[inline(always)]
     pub fn malloc_with_context(
         &mut self,
         size: u64,
@@ -276,11 +277,13 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// `free` of an address `malloc` returned. Freeing the null address does nothing.
+    #[inline]
     pub fn free(&mut self, ptr: DeviceAddr) -> Result<(), Error> {
         self.free_with_context(ptr, None)
     }
 
     /// `free`, with the stack of the free site for history at context level `All`.
+    #[inline]
     pub fn free_with_context(&mut self, ptr: DeviceAddr, context: Option<Frames>) -> Result<(), Error> {
         self.free_inner(ptr, context).map(|_| ())
     }
@@ -288,6 +291,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `free`, returning the size `malloc` was asked for (0 for the null
     /// address): what a front end compares with the size its caller passes
     /// back, without a second lookup.
+    #[inline]
     pub fn free_returning_requested_size(&mut self, ptr: DeviceAddr) -> Result<u64, Error> {
         self.free_inner(ptr, None)
     }
