@@ -65,17 +65,25 @@ pub extern "C" fn vramkit_malloc(size: usize, device: c_int, stream: *mut c_void
         if size == 0 {
             return std::ptr::null_mut();
         }
-        let result = registry().device(device).and_then(|front| front.malloc(size as u64, stream_id(stream)));
+        let result = registry().device_front(device).and_then(|front| front.malloc(size as u64, stream_id(stream)));
         match result {
             Ok(addr) => addr.0 as usize as *mut c_void,
-            // A device that could not be created printed why, once.
-            Err(Error::NoDevice { .. }) if Registry::check_index(device).is_ok() => std::ptr::null_mut(),
-            Err(error) => {
-                report::error(&format!("vramkit_malloc({size} bytes, device {device}) returns NULL"), &error);
-                std::ptr::null_mut()
-            }
+            Err(error) => malloc_failed(size, device, error),
         }
     })
+}
+
+/// `vramkit_malloc` that found no memory or no device: reports why and
+/// returns NULL (out of line, so that the pair's frame stays small).
+#[cold]
+#[inline(never)]
+fn malloc_failed(size: usize, device: c_int, error: Error) -> *mut c_void {
+    match error {
+        // A device that could not be created printed why, once.
+        Error::NoDevice { .. } if Registry::check_index(device).is_ok() => {}
+        error => report::error(&format!("vramkit_malloc({size} bytes, device {device}) returns NULL"), &error),
+    }
+    std::ptr::null_mut()
 }
 
 /// Frees `ptr`, which `vramkit_malloc(size, device, stream)` returned. The
@@ -93,33 +101,46 @@ pub extern "C" fn vramkit_free(ptr: *mut c_void, size: usize, device: c_int, str
         let addr = DeviceAddr(ptr as usize as u64);
         let size = size as u64;
         let registry = registry();
-        let call = "vramkit_free";
-        let result = match registry.existing(device) {
+        let refused = match registry.existing_front(device) {
             Some(front) => match front.free(addr, size) {
                 // The pair's path: nothing to report, no result to carry on.
                 Ok(()) => return,
-                Err(Error::UnknownPointer { .. } | Error::DoubleFree { .. }) if registry.owner_of(addr, Some(device)).is_some() => {
-                    free_on_owner(registry, addr, size, device)
-                }
-                other => other,
+                Err(error) => Some(error),
             },
-            None if addr.0 == 0 && size == 0 => Ok(()),
-            None if addr.0 == 0 => Err(Error::NullPointer { size_bytes: size }),
-            None => match Registry::check_index(device) {
-                Ok(()) => free_on_owner(registry, addr, size, device),
-                Err(_) => match registry.owner_of(addr, None) {
-                    Some(_) => free_on_owner(registry, addr, size, device),
-                    None => Err(Error::InvalidArgument {
-                        call,
-                        reason: format!("device {device} is not a device index vramkit serves, and {addr} is not live on any device; nothing was freed"),
-                    }),
-                },
-            },
+            None => None,
         };
-        if let Err(error) = result {
-            report::error(call, &error);
-        }
+        free_elsewhere(registry, refused, addr, size, device);
     })
+}
+
+/// `vramkit_free` off the pair's path (out of line, so that the pair's
+/// frame stays small): the device's allocator refused the free
+/// (`refused`), or the device has none.
+#[cold]
+#[inline(never)]
+fn free_elsewhere(registry: &Registry, refused: Option<Error>, addr: DeviceAddr, size: u64, device: c_int) {
+    let call = "vramkit_free";
+    let result = match refused {
+        Some(Error::UnknownPointer { .. } | Error::DoubleFree { .. }) if registry.owner_of(addr, Some(device)).is_some() => {
+            free_on_owner(registry, addr, size, device)
+        }
+        Some(other) => Err(other),
+        None if addr.0 == 0 && size == 0 => Ok(()),
+        None if addr.0 == 0 => Err(Error::NullPointer { size_bytes: size }),
+        None => match Registry::check_index(device) {
+            Ok(()) => free_on_owner(registry, addr, size, device),
+            Err(_) => match registry.owner_of(addr, None) {
+                Some(_) => free_on_owner(registry, addr, size, device),
+                None => Err(Error::InvalidArgument {
+                    call,
+                    reason: format!("device {device} is not a device index vramkit serves, and {addr} is not live on any device; nothing was freed"),
+                }),
+            },
+        },
+    };
+    if let Err(error) = result {
+        report::error(call, &error);
+    }
 }
 
 /// The pointer is not live on `device`: free it on the device where it is,

@@ -22,7 +22,6 @@ fn sim_base_address(device: usize) -> u64 {
 
 /// The object-safe face of a `SharedAllocator<D>`, whatever `D` is.
 pub(crate) trait FrontEnd: Send + Sync {
-    fn malloc(&self, size_bytes: u64, stream: StreamId) -> Result<DeviceAddr, Error>;
     fn free(&self, addr: DeviceAddr, size_bytes: u64) -> Result<(), Error>;
     fn contains(&self, addr: DeviceAddr) -> bool;
     fn record_stream(&self, addr: DeviceAddr, stream: StreamId) -> Result<(), Error>;
@@ -38,9 +37,6 @@ pub(crate) trait FrontEnd: Send + Sync {
 }
 
 impl<D: Device + Send> FrontEnd for SharedAllocator<D> {
-    fn malloc(&self, size_bytes: u64, stream: StreamId) -> Result<DeviceAddr, Error> {
-        SharedAllocator::malloc(self, size_bytes, stream)
-    }
     fn free(&self, addr: DeviceAddr, size_bytes: u64) -> Result<(), Error> {
         SharedAllocator::free(self, addr, size_bytes)
     }
@@ -79,12 +75,48 @@ impl<D: Device + Send> FrontEnd for SharedAllocator<D> {
     }
 }
 
+/// A device's allocator, by backend: a concrete type, so that the
+/// malloc/free pair of the C entry points is inlined into them, with no
+/// call through a vtable; everything else goes through [`FrontEnd`].
+pub(crate) enum Front {
+    Cuda(Box<SharedAllocator<CudaDevice>>),
+    Sim(Box<SharedAllocator<SimDevice>>),
+}
+
+impl Front {
+    /// The allocator as a [`FrontEnd`], for the calls that are not the pair.
+    pub(crate) fn as_dyn(&self) -> &dyn FrontEnd {
+        match self {
+            Front::Cuda(front) => front.as_ref(),
+            Front::Sim(front) => front.as_ref(),
+        }
+    }
+
+    /// [`SharedAllocator::malloc`].
+    #[inline(always)]
+    pub(crate) fn malloc(&self, size_bytes: u64, stream: StreamId) -> Result<DeviceAddr, Error> {
+        match self {
+            Front::Cuda(front) => front.malloc(size_bytes, stream),
+            Front::Sim(front) => front.malloc(size_bytes, stream),
+        }
+    }
+
+    /// [`SharedAllocator::free`].
+    #[inline(always)]
+    pub(crate) fn free(&self, addr: DeviceAddr, size_bytes: u64) -> Result<(), Error> {
+        match self {
+            Front::Cuda(front) => front.free(addr, size_bytes),
+            Front::Sim(front) => front.free(addr, size_bytes),
+        }
+    }
+}
+
 pub(crate) struct Registry {
     backend: Backend,
     /// Settings for devices created from now on; `vramkit_set_settings`
     /// updates it and every existing device.
     config: Mutex<AllocatorConfig>,
-    devices: [OnceLock<Box<dyn FrontEnd>>; MAX_DEVICES],
+    devices: [OnceLock<Front>; MAX_DEVICES],
     /// Why a device could not be created (tried once, remembered).
     failures: [OnceLock<String>; MAX_DEVICES],
     /// Serialises device creation.
@@ -139,13 +171,19 @@ impl Registry {
 
     /// The allocator of `device` if it exists already; never creates one.
     pub(crate) fn existing(&self, device: i32) -> Option<&dyn FrontEnd> {
+        self.existing_front(device).map(Front::as_dyn)
+    }
+
+    /// `existing`, as the concrete [`Front`] (for the malloc/free pair).
+    #[inline]
+    pub(crate) fn existing_front(&self, device: i32) -> Option<&Front> {
         let slot = Self::slot(device).ok()?;
-        self.devices[slot].get().map(|b| b.as_ref())
+        self.devices[slot].get()
     }
 
     /// Every existing allocator with its device index.
     pub(crate) fn all_existing(&self) -> impl Iterator<Item = (i32, &dyn FrontEnd)> {
-        self.devices.iter().enumerate().filter_map(|(d, slot)| slot.get().map(|b| (d as i32, b.as_ref())))
+        self.devices.iter().enumerate().filter_map(|(d, slot)| slot.get().map(|front| (d as i32, front.as_dyn())))
     }
 
     /// The existing device other than `except` where `addr` is live.
@@ -155,27 +193,32 @@ impl Registry {
 
     /// The allocator of `device`, created on first use. A device that cannot
     /// be created prints why once and keeps failing with the same reason.
-    #[inline]
     pub(crate) fn device(&self, device: i32) -> Result<&dyn FrontEnd, Error> {
+        self.device_front(device).map(Front::as_dyn)
+    }
+
+    /// `device`, as the concrete [`Front`] (for the malloc/free pair).
+    #[inline]
+    pub(crate) fn device_front(&self, device: i32) -> Result<&Front, Error> {
         match usize::try_from(device).ok().and_then(|slot| self.devices.get(slot)?.get()) {
-            Some(front) => Ok(front.as_ref()),
+            Some(front) => Ok(front),
             None => self.first_use(device),
         }
     }
 
     /// `device` when it has no allocator yet: made here, once.
     #[cold]
-    fn first_use(&self, device: i32) -> Result<&dyn FrontEnd, Error> {
+    fn first_use(&self, device: i32) -> Result<&Front, Error> {
         let slot = Self::slot(device)?;
         let _creating = self.creating.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(front) = self.devices[slot].get() {
-            return Ok(front.as_ref());
+            return Ok(front);
         }
         if let Some(reason) = self.failures[slot].get() {
             return Err(Error::NoDevice { device, reason: reason.clone() });
         }
         match self.create(device) {
-            Ok(front) => Ok(self.devices[slot].get_or_init(|| front).as_ref()),
+            Ok(front) => Ok(self.devices[slot].get_or_init(|| front)),
             Err(reason) => {
                 eprintln!("vramkit: cannot use device {device}: {reason}");
                 let reason = self.failures[slot].get_or_init(|| reason);
@@ -184,16 +227,16 @@ impl Registry {
         }
     }
 
-    fn create(&self, device: i32) -> Result<Box<dyn FrontEnd>, String> {
+    fn create(&self, device: i32) -> Result<Front, String> {
         let config = self.config();
         match self.backend {
             Backend::Cuda => match CudaDevice::new(device) {
-                Ok(cuda) => Ok(Box::new(SharedAllocator::new(cuda, config, device))),
+                Ok(cuda) => Ok(Front::Cuda(Box::new(SharedAllocator::new(cuda, config, device)))),
                 Err(error) => Err(format!("{error} (set VRAMKIT_DEVICE=sim for a simulated GPU)")),
             },
             Backend::Sim { capacity_bytes } => {
                 let sim = SimDevice::new(capacity_bytes).with_base_address(sim_base_address(device as usize));
-                Ok(Box::new(SharedAllocator::new(sim, config, device)))
+                Ok(Front::Sim(Box::new(SharedAllocator::new(sim, config, device))))
             }
         }
     }

@@ -96,6 +96,7 @@ impl<D: Device> SharedAllocator<D> {
 
     /// `malloc`: a block of at least `size_bytes` usable on `stream`.
     /// A zero-byte request returns the null address and changes nothing.
+    #[inline(always)]
     pub fn malloc(&self, size_bytes: u64, stream: StreamId) -> Result<DeviceAddr, Error> {
         if size_bytes == 0 {
             return Ok(DeviceAddr(0));
@@ -110,6 +111,7 @@ impl<D: Device> SharedAllocator<D> {
     /// ([`Error::DoubleFree`]) or never handed out ([`Error::UnknownPointer`]);
     /// nothing changes then. A wrong size frees the block and returns
     /// [`Error::WrongSize`]. `free(null, 0)` does nothing and is fine.
+    #[inline(always)]
     pub fn free(&self, addr: DeviceAddr, size_bytes: u64) -> Result<(), Error> {
         if addr.0 == 0 {
             return if size_bytes == 0 { Ok(()) } else { Err(self.misuse(Error::NullPointer { size_bytes })) };

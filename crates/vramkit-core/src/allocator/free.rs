@@ -10,7 +10,7 @@ use crate::snapshot::{Frames, TraceAction};
 
 impl<D: Device> CachingAllocator<D> {
     /// 4.1: the user dropped the block (already removed from `allocated`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free_impl(&mut self, id: BlockId, context: Option<Frames>) {
         let b = &mut self.blocks[id];
         b.allocated = false;

@@ -48,7 +48,8 @@ impl<D: Device> CachingAllocator<D> {
             self.process_events_impl(&context);
         }
 
-        let params = self.alloc_params(orig_size, stream);
+        let size = self.rounded(orig_size);
+        let params = self.alloc_params_rounded(orig_size, size, stream);
         if self.parked.is_some() {
             if let Some(p) = self.unparks(&params) {
                 self.count_get_free_block(params.pool);
@@ -103,9 +104,27 @@ impl<D: Device> CachingAllocator<D> {
         Error::OutOfMemory(Box::new(OutOfMemoryError::more_than_one_exabyte(self.device_index, orig_size)))
     }
 
+    /// `round_size(orig_size)`, remembered for the next request: a training
+    /// step asks for the same sizes again and again.
+    #[inline(always)]
+    fn rounded(&mut self, orig_size: u64) -> u64 {
+        let (last, rounded) = self.last_rounding;
+        if last == orig_size {
+            return rounded;
+        }
+        let size = round_size(orig_size, &self.config.roundup_power2_divisions);
+        self.last_rounding = (orig_size, size);
+        size
+    }
+
     #[inline]
     pub(crate) fn alloc_params(&self, orig_size: u64, stream: StreamId) -> AllocParams {
-        let size = round_size(orig_size, &self.config.roundup_power2_divisions);
+        self.alloc_params_rounded(orig_size, round_size(orig_size, &self.config.roundup_power2_divisions), stream)
+    }
+
+    /// `alloc_params` for `size`, which is `round_size(orig_size)`.
+    #[inline(always)]
+    pub(crate) fn alloc_params_rounded(&self, orig_size: u64, size: u64, stream: StreamId) -> AllocParams {
         let pool = self.get_pool(size, stream);
         AllocParams {
             stream,

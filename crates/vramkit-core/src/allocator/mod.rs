@@ -118,7 +118,13 @@ pub struct CachingAllocator<D: Device> {
     /// Whether frees may be parked (always, but for the tests that compare
     /// against the allocator without it).
     pub(crate) parking: bool,
+    /// The last size `malloc` rounded and what it rounded to
+    /// (`NO_ROUNDING` when none, or the settings changed since).
+    pub(crate) last_rounding: (u64, u64),
 }
+
+/// `last_rounding` when there is none: a size no request reaches rounding with.
+pub(crate) const NO_ROUNDING: (u64, u64) = (u64::MAX, 0);
 
 /// A fast hasher for 512-byte-aligned addresses.
 #[derive(Default, Clone, Copy, Debug)]
@@ -173,6 +179,7 @@ impl<D: Device> CachingAllocator<D> {
             parked: None,
             split_memo: None,
             parking: true,
+            last_rounding: NO_ROUNDING,
         };
         if allocator.config.per_process_memory_fraction < 1.0 {
             allocator.apply_memory_fraction(allocator.config.per_process_memory_fraction);
@@ -246,6 +253,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `malloc` with no stack context. A zero-byte request returns the null
     /// address and changes nothing, as PyTorch's front end does.
+    #[inline]
     pub fn malloc(&mut self, size: u64, stream: StreamId) -> Result<DeviceAddr, Error> {
         self.malloc_with_context(size, stream, None)
     }
@@ -253,7 +261,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `malloc`, remembering `context` (the caller's stack) for snapshots and history.
     /// Inlined up to the parked free it may take back (the search is out
     /// of line): the cache-hit pair then makes no call.
-    #[inline]
+    #[inline(always)]
     pub fn malloc_with_context(
         &mut self,
         size: u64,
@@ -269,11 +277,13 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// `free` of an address `malloc` returned. Freeing the null address does nothing.
+    #[inline]
     pub fn free(&mut self, ptr: DeviceAddr) -> Result<(), Error> {
         self.free_with_context(ptr, None)
     }
 
     /// `free`, with the stack of the free site for history at context level `All`.
+    #[inline]
     pub fn free_with_context(&mut self, ptr: DeviceAddr, context: Option<Frames>) -> Result<(), Error> {
         self.free_inner(ptr, context).map(|_| ())
     }
@@ -281,6 +291,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `free`, returning the size `malloc` was asked for (0 for the null
     /// address): what a front end compares with the size its caller passes
     /// back, without a second lookup.
+    #[inline]
     pub fn free_returning_requested_size(&mut self, ptr: DeviceAddr) -> Result<u64, Error> {
         self.free_inner(ptr, None)
     }
@@ -382,6 +393,7 @@ impl<D: Device> CachingAllocator<D> {
         self.settle_parked();
         let fraction_before = self.config.per_process_memory_fraction;
         let max_split_before = self.config.max_split_size_bytes;
+        self.last_rounding = NO_ROUNDING;
         self.config.update(conf)?;
         self.max_split_size_changed |= self.config.max_split_size_bytes != max_split_before;
         if self.config.per_process_memory_fraction != fraction_before {
@@ -396,6 +408,7 @@ impl<D: Device> CachingAllocator<D> {
         self.settle_parked();
         self.max_split_size_changed |= config.max_split_size_bytes != self.config.max_split_size_bytes;
         self.config = config;
+        self.last_rounding = NO_ROUNDING;
         self.apply_memory_fraction(self.config.per_process_memory_fraction);
         Ok(())
     }

@@ -113,6 +113,7 @@ impl<D: Device> CachingAllocator<D> {
             parked: self.parked,
             split_memo: self.split_memo,
             parking: self.parking,
+            last_rounding: self.last_rounding,
         };
         copy.settle_parked();
         copy
