@@ -108,7 +108,7 @@ pub fn replay_as_empty_cache(
         // targeted release would die on an expandable block, GitHub
         // #119452: the release it recorded is replayed.)
         let config = model.config();
-        let asserts = config.compat.release_considers_expandable && config.max_split_size_bytes.is_some();
+        let asserts = targeted_release_asserts(config);
         if config.expandable_segments && !asserts && request.is_some_and(|r| !model.first_attempt_fits(r.size, StreamId(r.stream))) {
             let placed_by_call = request.is_some_and(|r| {
                 let placed = |empty_cache_first| model.malloc_address(r.size, StreamId(r.stream), empty_cache_first) == Some(DeviceAddr(r.addr));
@@ -124,6 +124,15 @@ pub fn replay_as_empty_cache(
     let served_directly = events.actions().get(start + recorded.len()) == Some(&TraceAction::Alloc);
     let misplaced = served_directly && request.is_some_and(|r| after.cache_address(r.size, StreamId(r.stream)) != Some(DeviceAddr(r.addr)));
     (!misplaced).then_some(kind)
+}
+
+/// Whether the retry ladder's targeted release may die on an expandable
+/// block under `config` (torch 2.4 with expandable segments and
+/// `max_split_size_mb`: `release_block` asserts the block is not
+/// expandable, GitHub #119452), leaving what the request's first attempt
+/// did, with no trace entry.
+pub(crate) fn targeted_release_asserts(config: &vramkit_core::AllocatorConfig) -> bool {
+    config.expandable_segments && config.compat.release_considers_expandable && config.max_split_size_bytes.is_some()
 }
 
 /// A segment event: a new or released segment, or pages mapped or unmapped.
