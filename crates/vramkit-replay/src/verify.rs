@@ -315,6 +315,9 @@ fn one_pass(
         if e.action == TraceAction::Alloc && first_divergence.is_none() && leaves_reservations && left_reservation(&model, events, i, driver.routing()) {
             let _ = model.leave_expandable_reservation(e.size, StreamId(e.stream));
         }
+        if e.action == TraceAction::SegmentMap && first_divergence.is_none() && leaves_reservations && mapped_by_failed_request(&model, events, i, driver.routing()) {
+            let _ = model.map_left_by_failed_request(vramkit_core::DeviceAddr(e.addr), e.size, StreamId(e.stream));
+        }
         let step = driver.step(&mut model, i);
         let diverged = |got: String| Divergence {
             kind: "alloc address".into(),
@@ -439,6 +442,31 @@ fn left_reservation(model: &CachingAllocator<SimDevice>, events: &Entries, i: us
     let first_map = (i - before..i).any(|j| actions[j] == TraceAction::SegmentMap && !model.device().in_mapped_span(events.addrs()[j]));
     let e = events.get(i);
     first_map && model.malloc_address(e.size, StreamId(e.stream), false) != Some(vramkit_core::DeviceAddr(e.addr))
+}
+
+/// The `segment_map` at entry `i`, in a reservation the model has, was a
+/// first attempt's by a torch 2.4 request that then died at the targeted
+/// release's assert (GitHub #119452): its first attempt mapped an unmapped
+/// stretch before a free block, failed to map the next, and the request
+/// left nothing else. So it is when no request follows the segment events
+/// it starts (a synchronisation's `free_completed` may be a retry ladder's,
+/// which the model repeats by itself), or the default pools' request that
+/// follows is served from the cache, needing no pages.
+fn mapped_by_failed_request(model: &CachingAllocator<SimDevice>, events: &Entries, i: usize, routing: &PoolRouting) -> bool {
+    if !model.device().in_mapped_span(events.addrs()[i]) {
+        return false;
+    }
+    let actions = events.actions();
+    let after = i + actions[i..].iter().take_while(|&&a| is_segment_event(a)).count();
+    match actions.get(after) {
+        None => true,
+        Some(TraceAction::Alloc) => {
+            let r = events.get(after);
+            routing.pool(after).is_none() && model.fits_in_cache(r.size, StreamId(r.stream))
+        }
+        Some(TraceAction::Oom | TraceAction::FreeCompleted) => false,
+        Some(_) => true,
+    }
 }
 
 /// Whether the default pools hold an expandable segment that request `e`

@@ -173,6 +173,26 @@ impl<D: Device> CachingAllocator<D> {
         Ok(Some(candidate))
     }
 
+    /// Maps the first `size` bytes of the unmapped block at `addr` on
+    /// `stream`, as a request's first attempt maps an unmapped stretch
+    /// before a free block and then fails to map the next one, and the
+    /// request then dies (torch 2.4's targeted release asserts on an
+    /// expandable block, GitHub #119452): the pages stay mapped, a free
+    /// block merged with its free neighbours, and the `segment_map` is the
+    /// only entry the request leaves. `Ok(false)` when the device has no
+    /// memory for them; an error when no unmapped block starts at `addr`
+    /// or `size` is not within it.
+    pub fn map_left_by_failed_request(&mut self, addr: DeviceAddr, size: u64, stream: StreamId) -> Result<bool, Error> {
+        let found = self.pools.iter().find_map(|p| p.unmapped.get(&(stream, addr.0)).copied());
+        let Some(id) = found.filter(|&id| size > 0 && size <= self.blocks[id].size) else {
+            return Err(Error::Device(DeviceError::Other {
+                call: "map_left_by_failed_request",
+                message: format!("no unmapped block of {size} bytes or more starts at {addr} on stream {}", stream.0),
+            }));
+        };
+        self.map_block(id, size, &None)
+    }
+
     /// Maps the pages under the first `size` bytes of the unmapped block `id`;
     /// the mapped part becomes a free block merged with free neighbours.
     fn map_block(&mut self, id: BlockId, size: u64, context: &Option<Frames>) -> Result<bool, Error> {
