@@ -232,3 +232,56 @@ fn no_reservation_is_left_where_the_pool_grows_no_expandable_segments() {
     assert!(a.leave_expandable_reservation(60 * MIB, S0).is_err());
     assert_eq!(a.device().reservations(), 0);
 }
+
+/// Torch 2.4: a first attempt that maps an unmapped stretch before a free
+/// block, then fails to map the next, and whose request then dies at the
+/// targeted release's assert (no single cached block is large enough, and
+/// the largest oversize one is expandable) leaves those pages mapped, with
+/// only the `segment_map` recorded. `map_left_by_failed_request` maps them
+/// the same way.
+#[test]
+fn pages_mapped_by_a_request_that_died_at_the_r24_assert() {
+    use vramkit_core::config::Compat;
+    let config = vramkit_core::AllocatorConfig::builder()
+        .expandable_segments(true)
+        .max_split_size_bytes(Some(40 * MIB))
+        .compat(Compat::R24)
+        .build()
+        .unwrap();
+    // [40 unmapped | 40 I | 20 unmapped] in a 100 MiB reservation on an
+    // 80 MiB device.
+    let setup = || {
+        let mut a = vramkit_core::CachingAllocator::new(SimDevice::new(80 * MIB), config.clone());
+        a.record_history(Some(HistoryConfig::default()));
+        let p1 = a.malloc(40 * MIB, S0).unwrap();
+        let p2 = a.malloc(40 * MIB, S0).unwrap();
+        a.free(p1).unwrap();
+        a.empty_cache();
+        a.free(p2).unwrap();
+        (a, p1)
+    };
+    let entries = |a: &mut vramkit_core::CachingAllocator<SimDevice>| trace(a).lines().filter(|l| !l.starts_with("snapshot")).collect::<Vec<_>>().join("\n");
+    // 90 MiB: the hole, the free block and the tail have room; the hole is
+    // mapped (merging with the free block: 80 MiB), the tail's page is
+    // refused, and the targeted release meets the 80 MiB expandable block.
+    let (mut died, base) = setup();
+    let err = died.malloc(90 * MIB, S0).unwrap_err();
+    assert!(err.to_string().contains("INTERNAL ASSERT FAILED"), "{err}");
+    let died_trace = entries(&mut died);
+    assert!(died_trace.ends_with("segment_map 0x0 41943040"), "{died_trace}");
+
+    let (mut left, _) = setup();
+    assert!(left.map_left_by_failed_request(base, 40 * MIB, S0).unwrap());
+    left.check_invariants().unwrap();
+    assert_eq!(entries(&mut left), died_trace);
+    assert_eq!(state(&left), state(&died));
+    assert_eq!(stats(&left), stats(&died));
+    // Only where an unmapped block starts.
+    assert!(left.map_left_by_failed_request(base, 20 * MIB, S0).is_err());
+
+    for a in [&mut died, &mut left] {
+        assert_eq!(a.malloc(70 * MIB, S0).unwrap(), base, "the mapped pages serve a later request");
+        a.check_invariants().unwrap();
+    }
+    assert_eq!(state(&left), state(&died));
+}
