@@ -169,3 +169,119 @@ fn r24_targeted_release_of_an_expandable_block_is_pytorchs_internal_assert() {
         }
     }
 }
+
+/// Torch 2.4: a request whose first attempt reserves a new range, fails to
+/// map it, and then dies at the targeted release's assert (GitHub #119452)
+/// leaves that range reserved and unmapped, with no trace entry.
+/// `leave_expandable_reservation` leaves the same state: `empty_cache()`
+/// keeps the range (it holds no free block), and a later request maps at
+/// its base.
+#[test]
+fn a_reservation_left_by_a_request_that_died_at_the_r24_assert() {
+    use vramkit_core::config::Compat;
+    let config = vramkit_core::AllocatorConfig::builder()
+        .expandable_segments(true)
+        .max_split_size_bytes(Some(40 * MIB))
+        .compat(Compat::R24)
+        .build()
+        .unwrap();
+    // [100 I | 10 A | 10 I | 20 unmapped] in a 140 MiB reservation on a
+    // 120 MiB device, all of it mapped.
+    let setup = || {
+        let mut a = vramkit_core::CachingAllocator::new(SimDevice::new(120 * MIB), config.clone());
+        a.record_history(Some(HistoryConfig::default()));
+        let big = a.malloc(100 * MIB, S0).unwrap();
+        let pin = a.malloc(10 * MIB, S0).unwrap();
+        a.free(big).unwrap();
+        (a, pin)
+    };
+    // 60 MiB: the oversize block is too large for it (60 + 20 <= 100), the
+    // reservation's free end has 30 MiB, so a new range is reserved; its
+    // map is refused, and the targeted release meets the expandable block.
+    let (mut died, died_pin) = setup();
+    let err = died.malloc(60 * MIB, S0).unwrap_err();
+    assert!(err.to_string().contains("INTERNAL ASSERT FAILED"), "{err}");
+    assert_eq!(died.device().reservations(), 2, "the refused first attempt reserved a range");
+
+    let (mut left, left_pin) = setup();
+    // The history, without the snapshot entries `trace` adds.
+    let entries = |a: &mut vramkit_core::CachingAllocator<SimDevice>| trace(a).lines().filter(|l| !l.starts_with("snapshot")).collect::<Vec<_>>().join("\n");
+    let trace_before = entries(&mut left);
+    let base = left.leave_expandable_reservation(60 * MIB, S0).unwrap();
+    left.check_invariants().unwrap();
+    assert_eq!(entries(&mut left), trace_before, "no trace entry");
+    assert_eq!(left.device().reservations(), 2);
+    assert_eq!(state(&left), state(&died));
+    assert_eq!(stats(&left), stats(&died));
+
+    for (a, pin) in [(&mut died, died_pin), (&mut left, left_pin)] {
+        a.free(pin).unwrap();
+        a.empty_cache();
+        assert_eq!(a.device().reservations(), 1, "the first range is released, the unmapped one kept");
+        let p = a.malloc(60 * MIB, S0).unwrap();
+        assert_eq!(p, base, "mapped at the kept range's base");
+        assert_eq!(a.device().counters().reserves, 2, "no new range");
+        a.check_invariants().unwrap();
+    }
+    assert_eq!(state(&left), state(&died));
+}
+
+#[test]
+fn no_reservation_is_left_where_the_pool_grows_no_expandable_segments() {
+    let mut a = allocator_on(SimDevice::new(GIB), "");
+    assert!(a.leave_expandable_reservation(60 * MIB, S0).is_err());
+    assert_eq!(a.device().reservations(), 0);
+}
+
+/// Torch 2.4: a first attempt that maps an unmapped stretch before a free
+/// block, then fails to map the next, and whose request then dies at the
+/// targeted release's assert (no single cached block is large enough, and
+/// the largest oversize one is expandable) leaves those pages mapped, with
+/// only the `segment_map` recorded. `map_left_by_failed_request` maps them
+/// the same way.
+#[test]
+fn pages_mapped_by_a_request_that_died_at_the_r24_assert() {
+    use vramkit_core::config::Compat;
+    let config = vramkit_core::AllocatorConfig::builder()
+        .expandable_segments(true)
+        .max_split_size_bytes(Some(40 * MIB))
+        .compat(Compat::R24)
+        .build()
+        .unwrap();
+    // [40 unmapped | 40 I | 20 unmapped] in a 100 MiB reservation on an
+    // 80 MiB device.
+    let setup = || {
+        let mut a = vramkit_core::CachingAllocator::new(SimDevice::new(80 * MIB), config.clone());
+        a.record_history(Some(HistoryConfig::default()));
+        let p1 = a.malloc(40 * MIB, S0).unwrap();
+        let p2 = a.malloc(40 * MIB, S0).unwrap();
+        a.free(p1).unwrap();
+        a.empty_cache();
+        a.free(p2).unwrap();
+        (a, p1)
+    };
+    let entries = |a: &mut vramkit_core::CachingAllocator<SimDevice>| trace(a).lines().filter(|l| !l.starts_with("snapshot")).collect::<Vec<_>>().join("\n");
+    // 90 MiB: the hole, the free block and the tail have room; the hole is
+    // mapped (merging with the free block: 80 MiB), the tail's page is
+    // refused, and the targeted release meets the 80 MiB expandable block.
+    let (mut died, base) = setup();
+    let err = died.malloc(90 * MIB, S0).unwrap_err();
+    assert!(err.to_string().contains("INTERNAL ASSERT FAILED"), "{err}");
+    let died_trace = entries(&mut died);
+    assert!(died_trace.ends_with("segment_map 0x0 41943040"), "{died_trace}");
+
+    let (mut left, _) = setup();
+    assert!(left.map_left_by_failed_request(base, 40 * MIB, S0).unwrap());
+    left.check_invariants().unwrap();
+    assert_eq!(entries(&mut left), died_trace);
+    assert_eq!(state(&left), state(&died));
+    assert_eq!(stats(&left), stats(&died));
+    // Only where an unmapped block starts.
+    assert!(left.map_left_by_failed_request(base, 20 * MIB, S0).is_err());
+
+    for a in [&mut died, &mut left] {
+        assert_eq!(a.malloc(70 * MIB, S0).unwrap(), base, "the mapped pages serve a later request");
+        a.check_invariants().unwrap();
+    }
+    assert_eq!(state(&left), state(&died));
+}

@@ -102,3 +102,30 @@ fn a_block_freed_on_one_stream_waits_for_the_other_streams_event() {
     assert_eq!(a.malloc(8 * MIB, sa).unwrap(), p);
     assert_eq!(state(&a), lines("@0x0 large 20971520 stream 10: [8388608 A(8388608) | 12582912 I]"));
 }
+
+/// The what-if questions a replay asks of a request routed to a private
+/// pool (`malloc_in_pool`) look at that pool's cache, not the default
+/// pools': the replay's release checks ask them of the request after a run.
+#[test]
+fn what_if_questions_about_a_request_in_a_private_pool_look_at_that_pool() {
+    let mut a = allocator_on(SimDevice::new(60 * MIB), "");
+    let pooled = a.malloc_in_pool(40 * MIB, S0, POOL).unwrap();
+    let outside = a.malloc(20 * MIB, S0).unwrap();
+    a.free(pooled).unwrap(); // cached in the pool, which still has its user
+    // The device is full and the default pools cache nothing.
+    assert!(!a.first_attempt_fits(40 * MIB, S0));
+    assert!(a.first_attempt_fits_in(40 * MIB, S0, Some(POOL)));
+    assert!(!a.first_attempt_fits_in(40 * MIB, S0, Some((9, 9))), "a pool made now caches nothing");
+    assert_eq!(a.malloc_address(40 * MIB, S0, false), None);
+    assert_eq!(a.malloc_address_in(40 * MIB, S0, false, Some(POOL)), Some(pooled));
+    // empty_cache() keeps a pool's segments while it has a user.
+    let after = a.after_empty_cache();
+    assert!(after.released().is_empty());
+    assert!(!after.fits_in_cache(40 * MIB, S0));
+    assert!(after.fits_in_cache_in(40 * MIB, S0, Some(POOL)));
+    assert_eq!(after.cache_address_in(40 * MIB, S0, Some(POOL)), Some(pooled));
+    assert_eq!(after.cache_address_in(40 * MIB, S0, Some((9, 9))), None);
+    // Nothing was changed.
+    assert_eq!(a.malloc_in_pool(40 * MIB, S0, POOL).unwrap(), pooled);
+    a.free(outside).unwrap();
+}

@@ -322,14 +322,17 @@ impl<'a> Driver<'a> {
                     self.reading.calls.binary_search(&i).is_ok()
                 } else {
                     let run_start = i == 0 || !matches!(self.events.actions()[i - 1], TraceAction::SegmentFree | TraceAction::SegmentUnmap);
+                    let mut after = None;
                     if run_start && self.release_mismatch.is_none() && self.routing.uses_pools() {
                         let recorded = releases(self.events.iter_range(i..self.events.len()));
-                        let model_released = model.after_empty_cache().released().to_vec();
-                        if recorded != model_released {
-                            self.release_mismatch = Some((i, recorded, model_released));
+                        let model_after = model.after_empty_cache();
+                        if recorded != model_after.released() {
+                            self.release_mismatch = Some((i, recorded, model_after.released().to_vec()));
                         }
+                        after = Some(model_after);
                     }
-                    let judged = replay_as_empty_cache(self.runs, self.events, i, model, self.held > 0);
+                    let request_pool = request_after(self.events, i).and_then(|(j, _)| self.routing.pool(j));
+                    let judged = replay_as_empty_cache(self.runs, self.events, i, model, self.held > 0, after, request_pool);
                     // A retry ladder's last stage is replayed as a release
                     // here, where the model is PyTorch; under other settings
                     // only the user's calls are forced.

@@ -136,7 +136,7 @@ impl PoolRouting {
     /// skips while any allocation to a private pool is underway, unless
     /// that rule was relaxed.
     pub fn may_become_private(&self, k: usize) -> bool {
-        !self.is_private(k) && !(self.events_rule_out_pools && self.spans[k].after_process_events)
+        !(self.is_private(k) || (self.events_rule_out_pools && self.spans[k].after_process_events))
     }
 
     /// Whether relaxing the event rule would allow anything more.

@@ -9,7 +9,8 @@
 //! collection). Then [`replay_as_empty_cache`] judges each run against a
 //! model under the recorded settings.
 
-use vramkit_core::{CachingAllocator, DeviceAddr, StreamId, TraceAction};
+use vramkit_core::snapshot::MempoolId;
+use vramkit_core::{AfterEmptyCache, CachingAllocator, DeviceAddr, StreamId, TraceAction};
 use vramkit_sim::SimDevice;
 use vramkit_trace::{Entries, Entry};
 
@@ -76,6 +77,11 @@ pub fn classify_release_runs(events: &Entries) -> Vec<(usize, ReleaseRun)> {
 /// `empty_cache()` is the ladder: after a call, that request would have
 /// been served from the cache, with no new segment and no `oom`.
 ///
+/// `after` is `model.after_empty_cache()` where the caller has it already
+/// (else it is made here, when needed); `request_pool` is the private pool
+/// the request after the run was routed to (`None`: the default pools),
+/// whose cache and first attempt are the ones that count.
+///
 /// Returns what the run is replayed as: `None`, not as `empty_cache()` (the
 /// model's own `malloc` releases what it releases); else the user's call
 /// ([`ReleaseRun::EmptyCache`]) or the ladder's last stage.
@@ -85,6 +91,8 @@ pub fn replay_as_empty_cache(
     start: usize,
     model: &CachingAllocator<SimDevice>,
     unsynced_holds: bool,
+    after: Option<AfterEmptyCache>,
+    request_pool: Option<MempoolId>,
 ) -> Option<ReleaseRun> {
     if unsynced_holds {
         return None;
@@ -92,7 +100,7 @@ pub fn replay_as_empty_cache(
     let k = runs.binary_search_by_key(&start, |r| r.0).ok()?;
     let recorded = releases(events.iter_range(start..events.len()));
     let request = request_after(events, start).map(|(_, r)| r);
-    let after = model.after_empty_cache();
+    let after = after.unwrap_or_else(|| model.after_empty_cache());
     if recorded != after.released() {
         return None;
     }
@@ -108,22 +116,31 @@ pub fn replay_as_empty_cache(
         // targeted release would die on an expandable block, GitHub
         // #119452: the release it recorded is replayed.)
         let config = model.config();
-        let asserts = config.compat.release_considers_expandable && config.max_split_size_bytes.is_some();
-        if config.expandable_segments && !asserts && request.is_some_and(|r| !model.first_attempt_fits(r.size, StreamId(r.stream))) {
+        let asserts = targeted_release_asserts(config);
+        if config.expandable_segments && !asserts && request.is_some_and(|r| !model.first_attempt_fits_in(r.size, StreamId(r.stream), request_pool)) {
             let placed_by_call = request.is_some_and(|r| {
-                let placed = |empty_cache_first| model.malloc_address(r.size, StreamId(r.stream), empty_cache_first) == Some(DeviceAddr(r.addr));
+                let placed = |empty_cache_first| model.malloc_address_in(r.size, StreamId(r.stream), empty_cache_first, request_pool) == Some(DeviceAddr(r.addr));
                 r.action == TraceAction::Alloc && placed(true) && !placed(false)
             });
             return placed_by_call.then_some(ReleaseRun::EmptyCache);
         }
-        return (!request.is_some_and(|r| after.fits_in_cache(r.size, StreamId(r.stream)))).then_some(kind);
+        return (!request.is_some_and(|r| after.fits_in_cache_in(r.size, StreamId(r.stream), request_pool))).then_some(kind);
     }
     // A request right after the run, with no new memory: after a call the
     // cache served it, by best fit. Elsewhere, it was the ladder's (an
     // expandable segment's free end grows, or a targeted release made room).
     let served_directly = events.actions().get(start + recorded.len()) == Some(&TraceAction::Alloc);
-    let misplaced = served_directly && request.is_some_and(|r| after.cache_address(r.size, StreamId(r.stream)) != Some(DeviceAddr(r.addr)));
+    let misplaced = served_directly && request.is_some_and(|r| after.cache_address_in(r.size, StreamId(r.stream), request_pool) != Some(DeviceAddr(r.addr)));
     (!misplaced).then_some(kind)
+}
+
+/// Whether the retry ladder's targeted release may die on an expandable
+/// block under `config` (torch 2.4 with expandable segments and
+/// `max_split_size_mb`: `release_block` asserts the block is not
+/// expandable, GitHub #119452), leaving what the request's first attempt
+/// did, with no trace entry.
+pub(crate) fn targeted_release_asserts(config: &vramkit_core::AllocatorConfig) -> bool {
+    config.expandable_segments && config.compat.release_considers_expandable && config.max_split_size_bytes.is_some()
 }
 
 /// A segment event: a new or released segment, or pages mapped or unmapped.

@@ -292,6 +292,7 @@ fn one_pass(
     driver.begin(&mut model);
     let mut first_divergence = None;
     let mut repair: Option<Repair> = None;
+    let leaves_reservations = crate::releases::targeted_release_asserts(config);
     let (mut alloc_events, mut placed_same) = (0u64, 0u64);
     for (i, e) in events.iter().enumerate() {
         // A new segment PyTorch made while the default pools held a block
@@ -310,6 +311,12 @@ fn one_pass(
                     driver.route_to_own_pool(k);
                 }
             }
+        }
+        if e.action == TraceAction::Alloc && first_divergence.is_none() && leaves_reservations && left_reservation(&model, events, i, driver.routing()) {
+            let _ = model.leave_expandable_reservation(e.size, StreamId(e.stream));
+        }
+        if e.action == TraceAction::SegmentMap && first_divergence.is_none() && leaves_reservations && mapped_by_failed_request(&model, events, i, driver.routing()) {
+            let _ = model.map_left_by_failed_request(vramkit_core::DeviceAddr(e.addr), e.size, StreamId(e.stream));
         }
         let step = driver.step(&mut model, i);
         let diverged = |got: String| Divergence {
@@ -411,6 +418,55 @@ fn one_pass(
         segment_divergence,
     };
     Ok((report, judged, repairs.into_iter().map(|r| ((r.segment, r.pool), r.otherwise)).collect()))
+}
+
+/// A request that died in torch 2.4's targeted release (an internal assert
+/// on an expandable block, GitHub #119452) had already reserved a new range
+/// in its first attempt, when no reservation on its stream had room, and
+/// could not map it; the range stays reserved and unmapped, and no entry
+/// records it (`empty_cache()` does not release it: it holds no free
+/// block). A later request on that stream, in that pool, maps at its base.
+///
+/// So where the segment events just before the `alloc` at entry `i` map
+/// at an address that starts none of the model's reservations' mapped
+/// spans (the first map of a range), the request is the default pools',
+/// and the model would place it elsewhere (in a reservation it has), the
+/// range was left behind by such a request: it is reserved before the
+/// request is replayed (at that base, which the driver has queued).
+fn left_reservation(model: &CachingAllocator<SimDevice>, events: &Entries, i: usize, routing: &PoolRouting) -> bool {
+    if routing.pool(i).is_some() {
+        return false;
+    }
+    let actions = events.actions();
+    let before = actions[..i].iter().rev().take_while(|&&a| is_segment_event(a)).count();
+    let first_map = (i - before..i).any(|j| actions[j] == TraceAction::SegmentMap && !model.device().in_mapped_span(events.addrs()[j]));
+    let e = events.get(i);
+    first_map && model.malloc_address(e.size, StreamId(e.stream), false) != Some(vramkit_core::DeviceAddr(e.addr))
+}
+
+/// The `segment_map` at entry `i`, in a reservation the model has, was a
+/// first attempt's by a torch 2.4 request that then died at the targeted
+/// release's assert (GitHub #119452): its first attempt mapped an unmapped
+/// stretch before a free block, failed to map the next, and the request
+/// left nothing else. So it is when no request follows the segment events
+/// it starts (a synchronisation's `free_completed` may be a retry ladder's,
+/// which the model repeats by itself), or the default pools' request that
+/// follows is served from the cache, needing no pages.
+fn mapped_by_failed_request(model: &CachingAllocator<SimDevice>, events: &Entries, i: usize, routing: &PoolRouting) -> bool {
+    if !model.device().in_mapped_span(events.addrs()[i]) {
+        return false;
+    }
+    let actions = events.actions();
+    let after = i + actions[i..].iter().take_while(|&&a| is_segment_event(a)).count();
+    match actions.get(after) {
+        None => true,
+        Some(TraceAction::Alloc) => {
+            let r = events.get(after);
+            routing.pool(after).is_none() && model.fits_in_cache(r.size, StreamId(r.stream))
+        }
+        Some(TraceAction::Oom | TraceAction::FreeCompleted) => false,
+        Some(_) => true,
+    }
 }
 
 /// Whether the default pools hold an expandable segment that request `e`

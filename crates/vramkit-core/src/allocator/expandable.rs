@@ -95,29 +95,55 @@ impl<D: Device> CachingAllocator<D> {
                 return Ok(c);
             }
         }
-        let small = self.pools[params.pool.0 as usize].is_small();
+        self.new_expandable_segment(params.stream, params.pool)
+    }
+
+    /// A new reservation (PyTorch's `new ExpandableSegment`) for `pool` on
+    /// `stream`: one unmapped block covering it, in the pool's unmapped set.
+    fn new_expandable_segment(&mut self, stream: StreamId, pool: PoolIdx) -> Result<BlockId, Error> {
+        let small = self.pools[pool.0 as usize].is_small();
         let page_size = if small { SMALL_BUFFER } else { self.config.large_segment_size_bytes };
         let total = self.device.mem_get_info().total_bytes;
         let address_space = total.saturating_add(total / 8).min(MAX_RESERVATION);
         let size = address_space.div_ceil(page_size).max(1) * page_size;
         let base = self.device.reserve_address_range(size)?;
         let id = ExpandableId::at(self.expandable_segments.len());
-        self.expandable_segments.push(Some(ExpandableSegment {
-            base: base.0,
-            size,
-            page_size,
-            stream: params.stream,
-            pool: params.pool,
-        }));
+        self.expandable_segments.push(Some(ExpandableSegment { base: base.0, size, page_size, stream, pool }));
         let registration_counter = self.register_segment();
         let block = self.blocks.insert(Block {
             expandable: Some(id),
             mapped: false,
             registration_counter,
-            ..Block::new(base.0, size, params.stream, params.pool)
+            ..Block::new(base.0, size, stream, pool)
         });
-        self.pools[params.pool.0 as usize].unmapped.insert((params.stream, base.0), block);
+        self.pools[pool.0 as usize].unmapped.insert((stream, base.0), block);
         Ok(block)
+    }
+
+    /// Leaves a new, wholly unmapped reservation for the pool that a
+    /// `malloc(size, stream)` would use, as a request leaves it when its
+    /// first attempt reserved a range and could not map it, and the request
+    /// then died before it was served or refused (torch 2.4's targeted
+    /// release asserts on an expandable block, GitHub #119452): no trace
+    /// entry records it. Its base is the one the device hands out next
+    /// (a replay queues the recorded one). Nothing is mapped, and
+    /// `empty_cache()` does not release it (it holds no free block); a
+    /// later request on that stream finds it by address like any other.
+    ///
+    /// Returns its base. An error when that pool grows no expandable
+    /// segments (they are off, or it is a private pool of a release that
+    /// gives those classic ones), or the device cannot reserve.
+    pub fn leave_expandable_reservation(&mut self, size: u64, stream: StreamId) -> Result<DeviceAddr, Error> {
+        let params = self.alloc_params(size, stream);
+        let private = self.pools[params.pool.0 as usize].owner != (0, 0);
+        if !self.expandable_active() || (private && !self.config.compat.expandable_in_private_pools) {
+            return Err(Error::Device(DeviceError::Other {
+                call: "leave_expandable_reservation",
+                message: "the request's pool grows no expandable segments".into(),
+            }));
+        }
+        let block = self.new_expandable_segment(stream, params.pool)?;
+        Ok(DeviceAddr(self.blocks[block].addr))
     }
 
     /// 6.3: map pages until a free block of `params.size` exists at the
@@ -145,6 +171,26 @@ impl<D: Device> CachingAllocator<D> {
             candidate = next;
         }
         Ok(Some(candidate))
+    }
+
+    /// Maps the first `size` bytes of the unmapped block at `addr` on
+    /// `stream`, as a request's first attempt maps an unmapped stretch
+    /// before a free block and then fails to map the next one, and the
+    /// request then dies (torch 2.4's targeted release asserts on an
+    /// expandable block, GitHub #119452): the pages stay mapped, a free
+    /// block merged with its free neighbours, and the `segment_map` is the
+    /// only entry the request leaves. `Ok(false)` when the device has no
+    /// memory for them; an error when no unmapped block starts at `addr`
+    /// or `size` is not within it.
+    pub fn map_left_by_failed_request(&mut self, addr: DeviceAddr, size: u64, stream: StreamId) -> Result<bool, Error> {
+        let found = self.pools.iter().find_map(|p| p.unmapped.get(&(stream, addr.0)).copied());
+        let Some(id) = found.filter(|&id| size > 0 && size <= self.blocks[id].size) else {
+            return Err(Error::Device(DeviceError::Other {
+                call: "map_left_by_failed_request",
+                message: format!("no unmapped block of {size} bytes or more starts at {addr} on stream {}", stream.0),
+            }));
+        };
+        self.map_block(id, size, &None)
     }
 
     /// Maps the pages under the first `size` bytes of the unmapped block `id`;

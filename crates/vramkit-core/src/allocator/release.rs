@@ -43,14 +43,7 @@ impl<D: Device> CachingAllocator<D> {
         let key_size = params.size.max(max_split_size);
         let found = pool.blocks.lower_bound(params.stream, key_size);
         if let Some(f) = found {
-            if self.config.compat.release_considers_expandable && self.blocks[f.id].expandable.is_some() {
-                // PyTorch 2.4 tried to cudaFree an expandable block here and
-                // died on an internal assert (GitHub #119452, #123548).
-                return Err(Error::Device(DeviceError::Other {
-                    call: "release_available_cached_blocks",
-                    message: "INTERNAL ASSERT FAILED: !block->expandable_segment_ (PyTorch 2.4 with expandable_segments and max_split_size_mb, GitHub #119452)".into(),
-                }));
-            }
+            self.release_asserts_on(f.id)?;
         }
         Ok(match found {
             Some(found) if self.releasable(found.id) => {
@@ -69,6 +62,9 @@ impl<D: Device> CachingAllocator<D> {
                         break;
                     }
                     cursor = self.pools[params.pool.0 as usize].blocks.predecessor(e);
+                    // Torch 2.4 releases every oversize block from the
+                    // largest down, and dies at the first expandable one.
+                    self.release_asserts_on(id)?;
                     if self.releasable(id) {
                         total_released += size;
                         self.release_block(id, context);
@@ -77,6 +73,20 @@ impl<D: Device> CachingAllocator<D> {
                 total_released >= key_size
             }
         })
+    }
+
+    /// PyTorch 2.4 tried to cudaFree an expandable block in the targeted
+    /// release and died on an internal assert in `release_block` (GitHub
+    /// #119452, #123548): the request fails with what its first attempt
+    /// left (a new reservation, pages mapped) and no trace entry.
+    fn release_asserts_on(&self, id: BlockId) -> Result<(), Error> {
+        if self.config.compat.release_considers_expandable && self.blocks[id].expandable.is_some() {
+            return Err(Error::Device(DeviceError::Other {
+                call: "release_available_cached_blocks",
+                message: "INTERNAL ASSERT FAILED: !block->expandable_segment_ (PyTorch 2.4 with expandable_segments and max_split_size_mb, GitHub #119452)".into(),
+            }));
+        }
+        Ok(())
     }
 
     /// Whole and not part of an expandable segment.

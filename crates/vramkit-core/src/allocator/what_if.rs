@@ -80,8 +80,21 @@ impl AfterEmptyCache {
     /// The address the cache would then serve `malloc(size, stream)` at;
     /// `None` when it would need the device.
     pub fn cache_address(&self, size: u64, stream: StreamId) -> Option<DeviceAddr> {
-        let params = self.copy.alloc_params(size, stream);
+        self.cache_address_in(size, stream, None)
+    }
+
+    /// [`cache_address`](Self::cache_address) for a request served from
+    /// private pool `pool` (`None`: routed as now), as when a capture
+    /// routes it there. A pool that does not exist caches nothing.
+    pub fn cache_address_in(&self, size: u64, stream: StreamId, pool: Option<MempoolId>) -> Option<DeviceAddr> {
+        let params = self.copy.alloc_params_in(size, stream, pool)?;
         self.copy.find_free_block(&params).map(|found| DeviceAddr(found.addr))
+    }
+
+    /// [`fits_in_cache`](Self::fits_in_cache) for a request served from
+    /// private pool `pool` (`None`: routed as now).
+    pub fn fits_in_cache_in(&self, size: u64, stream: StreamId, pool: Option<MempoolId>) -> bool {
+        self.cache_address_in(size, stream, pool).is_some()
     }
 }
 
@@ -144,8 +157,26 @@ impl<D: Device> CachingAllocator<D> {
     where
         D: Clone,
     {
+        self.first_attempt_fits_in(size, stream, None)
+    }
+
+    /// [`first_attempt_fits`](Self::first_attempt_fits) for a request served
+    /// from private pool `pool` (`None`: routed as now), as
+    /// [`malloc_in_pool`](Self::malloc_in_pool) serves it: the pool is made
+    /// if it does not exist, and an allocation to it is underway (which
+    /// skips processing events where the release does).
+    pub fn first_attempt_fits_in(&self, size: u64, stream: StreamId, pool: Option<MempoolId>) -> bool
+    where
+        D: Clone,
+    {
         let mut copy = self.clone_state_onto(self.device.clone());
         copy.history = None;
+        if let Some(id) = pool {
+            if !copy.private_pools.contains_key(&id) && copy.create_pool(id).is_err() {
+                return false;
+            }
+            copy.captures_underway.push((id, crate::StreamFilter::All));
+        }
         let context = None;
         if !copy.capture_underway() {
             copy.process_events_impl(&context);
@@ -168,12 +199,26 @@ impl<D: Device> CachingAllocator<D> {
     where
         D: Clone,
     {
+        self.malloc_address_in(size, stream, empty_cache_first, None)
+    }
+
+    /// [`malloc_address`](Self::malloc_address) for a request served from
+    /// private pool `pool` (`None`: routed as now), as
+    /// [`malloc_in_pool`](Self::malloc_in_pool) serves it; the
+    /// `empty_cache()` call comes before the allocation to the pool begins.
+    pub fn malloc_address_in(&self, size: u64, stream: StreamId, empty_cache_first: bool, pool: Option<MempoolId>) -> Option<DeviceAddr>
+    where
+        D: Clone,
+    {
         let mut copy = self.clone_state_onto(self.device.clone());
         copy.history = None;
         if empty_cache_first {
             copy.release_cached_blocks(None);
         }
-        copy.malloc_impl(size, stream, None).ok().map(DeviceAddr)
+        match pool {
+            Some(id) => copy.malloc_in_pool(size, stream, id).ok(),
+            None => copy.malloc_impl(size, stream, None).ok().map(DeviceAddr),
+        }
     }
 
     /// Would `malloc(size, stream)` be served from the cache if the block
