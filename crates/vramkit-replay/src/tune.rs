@@ -345,11 +345,14 @@ pub fn candidates(inputs: &[TuneInput<'_>], options: &TuneOptions) -> Vec<Candid
 /// The largest segment the trace's requests need (or its end state holds).
 fn largest_segment(trace: &DeviceTrace) -> u64 {
     let divisions = [0; vramkit_core::rounding::ROUNDUP_INTERVALS];
-    let requests = trace
-        .events
+    // Two columns, not whole entries: this runs before the first replay, twice (`vramkit tune`'s count).
+    let events = &trace.events;
+    let requests = events
+        .actions()
         .iter()
-        .filter(|e| e.action == TraceAction::Alloc)
-        .map(|e| get_allocation_size(round_size(e.size, &divisions), vramkit_core::rounding::LARGE_BUFFER));
+        .zip(events.sizes())
+        .filter(|(&a, _)| a == TraceAction::Alloc)
+        .map(|(_, &size)| get_allocation_size(round_size(size, &divisions), vramkit_core::rounding::LARGE_BUFFER));
     let segments = trace.end_segments.iter().map(|s| s.total_size);
     requests.chain(segments).max().unwrap_or(0)
 }
