@@ -46,7 +46,7 @@ fn bench_tune() {
     let trace = DeviceTrace::split(&file.snapshot).into_iter().next().expect("device 0");
     let prepared = PreparedTrace::new(&trace, recorded, None).expect("prepares");
     let input = TuneInput { label: "cs336_bcrafton".into(), prepared: &prepared, capacity_bytes: Some(4 << 30) };
-    let options = TuneOptions { max_candidates: Some(64), exact: Exact::All };
+    let options = TuneOptions { max_candidates: Some(64), exact: Exact::All, timeline_points: 0 };
     let count = vramkit_replay::tune::candidates(std::slice::from_ref(&input), &options).len();
     println!(
         "tune: {count} settings x {} entries (cs336_bcrafton, capacity 4 GiB), {} threads",
@@ -73,7 +73,7 @@ fn bench_report() {
     let recorded = AllocatorConfig::pytorch_default();
     let (prepared, _) = timed("prepare (rebuild the window's start)", || PreparedTrace::new(&traces[0], recorded, None).expect("prepares"));
     let input = TuneInput { label: "synthetic".into(), prepared: &prepared, capacity_bytes: None };
-    let tune_with = |exact: Exact| tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: candidates, exact }, &|| ()).expect("tune");
+    let tune_with = |exact: Exact| tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: candidates, exact, timeline_points: 0 }, &|| ()).expect("tune");
     timed("tune as doctor runs it (best and recorded exact)", || tune_with(Exact::Best));
     let (tuned, _) = timed(&format!("tune as tune and report run it ({TABLE_ROWS} rows exact)"), || tune_with(Exact::Rows(TABLE_ROWS)));
     let t = &tuned.results[0];

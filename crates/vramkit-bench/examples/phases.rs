@@ -43,7 +43,7 @@ fn main() {
             "best" => Exact::Best,
             rows => rows.parse().map_or(Exact::All, Exact::Rows),
         };
-        let options = TuneOptions { max_candidates: None, exact };
+        let options = TuneOptions { max_candidates: None, exact, timeline_points: 0 };
         let report = timed(&format!("tune ({exact:?})"), || tune(std::slice::from_ref(&input), &options, &|| ()).unwrap());
         let r = &report.results[0];
         let stopped: Vec<u64> = r.candidates.iter().filter_map(|o| o.stopped_at).collect();

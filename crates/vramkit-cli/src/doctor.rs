@@ -7,7 +7,7 @@ use crate::tune::run_tune;
 use std::io::Write;
 use std::process::ExitCode;
 use vramkit_replay::doctor::{diagnose, diagnose_trace, Diagnosis};
-use vramkit_replay::{DeviceTrace, Exact, PreparedTrace, TuneInput};
+use vramkit_replay::{DeviceTrace, Exact, PreparedTrace, TuneInput, TuneOptions};
 
 /// What [`diagnoses`] found: one diagnosis per trace, the tune of those
 /// with allocations, the capacity each ran against, and those traces as
@@ -21,15 +21,14 @@ pub struct Diagnosed<'t> {
 }
 
 /// Diagnoses every device of a snapshot, tuning those with events; each
-/// of those is prepared once, for the tune and the diagnosis alike. The
-/// tune's candidates that `exact` names have exact figures.
+/// of those is prepared once, for the tune and the diagnosis alike, which
+/// runs with `options`.
 pub fn diagnoses<'t>(
     traces: &'t [DeviceTrace],
     path: &std::path::Path,
     recorded: &vramkit_core::AllocatorConfig,
     capacity: Option<&str>,
-    max_candidates: Option<usize>,
-    exact: Exact,
+    options: TuneOptions,
 ) -> Result<Diagnosed<'t>, CliError> {
     let given = capacity.map(parse_size).transpose()?;
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
@@ -50,7 +49,7 @@ pub fn diagnoses<'t>(
         .zip(&capacities)
         .filter_map(|(p, &c)| p.as_ref().map(|p| TuneInput { label: name.clone(), prepared: p, capacity_bytes: c }))
         .collect();
-    let report = if inputs.is_empty() { None } else { Some(run_tune(&inputs, max_candidates, exact)?) };
+    let report = if inputs.is_empty() { None } else { Some(run_tune(&inputs, options)?) };
     drop(inputs);
     let mut next = report.iter().flat_map(|r| r.results.iter());
     let mut out = Vec::new();
@@ -72,7 +71,8 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::new(format!("{}: the snapshot has no segments and no trace", args.snapshot.display())));
     }
     // The recommendation names the best candidate and the recorded settings only.
-    let found = diagnoses(&traces, &args.snapshot, &recorded, args.capacity.as_deref(), args.max_candidates, Exact::Best)?.diagnoses;
+    let options = TuneOptions { max_candidates: args.max_candidates, exact: Exact::Best, timeline_points: 0 };
+    let found = diagnoses(&traces, &args.snapshot, &recorded, args.capacity.as_deref(), options)?.diagnoses;
     if args.json {
         print_devices(found.iter().map(|d| serde_json::to_value(d).expect("serialisable")).collect())?;
     } else {

@@ -5,9 +5,9 @@ use crate::doctor::diagnoses;
 use crate::input::{load_traces, prepare, recorded_config, CliError};
 use std::io::Write;
 use std::process::ExitCode;
-use vramkit_replay::report::{build, ReportInput};
+use vramkit_replay::report::{build, ReportInput, TIMELINE_POINTS};
 use vramkit_replay::tune::TABLE_ROWS;
-use vramkit_replay::{DeviceTrace, Exact};
+use vramkit_replay::{DeviceTrace, Exact, TuneOptions};
 
 pub fn run(args: ReportArgs) -> Result<ExitCode, CliError> {
     let file = load_traces(&args.snapshot)?;
@@ -25,8 +25,10 @@ pub fn run(args: ReportArgs) -> Result<ExitCode, CliError> {
         }
     };
     let traces = [trace];
-    // The page's table shows the rows `vramkit tune` shows.
-    let mut found = diagnoses(&traces, &args.snapshot, &recorded, args.capacity.as_deref(), args.max_candidates, Exact::Rows(TABLE_ROWS))?;
+    // The page's table shows the rows `vramkit tune` shows; the tune keeps
+    // the timelines the page draws.
+    let options = TuneOptions { max_candidates: args.max_candidates, exact: Exact::Rows(TABLE_ROWS), timeline_points: TIMELINE_POINTS };
+    let mut found = diagnoses(&traces, &args.snapshot, &recorded, args.capacity.as_deref(), options)?;
     let prepared = match found.prepared[0].take() {
         Some(p) => p,
         None => prepare(&traces[0], &recorded, &args.snapshot)?,

@@ -38,9 +38,8 @@ pub fn load_inputs(paths: &[impl AsRef<Path>], capacity: Option<&str>, rules: &R
     Ok(out)
 }
 
-/// Tunes with a progress bar, with exact figures for the candidates `exact` names.
-pub fn run_tune(inputs: &[TuneInput<'_>], max_candidates: Option<usize>, exact: Exact) -> Result<TuneReport, CliError> {
-    let options = TuneOptions { max_candidates, exact };
+/// Tunes with a progress bar.
+pub fn run_tune(inputs: &[TuneInput<'_>], options: TuneOptions) -> Result<TuneReport, CliError> {
     let count = vramkit_replay::tune::candidates(inputs, &options).len() * inputs.len();
     let bar = crate::progress::bar(count as u64, "tune: replaying settings");
     let report = vramkit_replay::tune(inputs, &options, &|| bar.inc(1)).map_err(|e| CliError::new(e.to_string()))?;
@@ -77,7 +76,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode, CliError> {
     let inputs: Vec<TuneInput<'_>> = loaded.iter().map(Loaded::input).collect();
     // The table's rows need exact figures; every row (--all, --json) needs them all.
     let exact = if args.all || args.json { Exact::All } else { Exact::Rows(TABLE_ROWS) };
-    let report = run_tune(&inputs, args.max_candidates, exact)?;
+    let report = run_tune(&inputs, TuneOptions { max_candidates: args.max_candidates, exact, timeline_points: 0 })?;
     let fits = report.results.iter().all(|r| !r.best.oom);
     if args.json {
         let results: Vec<serde_json::Value> =

@@ -47,9 +47,10 @@ pub(crate) struct Blocks {
 }
 
 impl Blocks {
-    /// Numbers the blocks of `events`, and the start state's active blocks
-    /// at `start_blocks`.
-    pub(crate) fn number(events: &Entries, start_blocks: impl Iterator<Item = u64>) -> Blocks {
+    /// Numbers the blocks of `events`; the start state's other active
+    /// blocks are numbered after them ([`Blocks::add_start`]), so this needs
+    /// no start state.
+    pub(crate) fn number(events: &Entries) -> Blocks {
         let mut open: AddrMap<u32> = AddrMap::default();
         let mut at_start: AddrMap<u32> = AddrMap::default();
         // Per number: it is a block `alloc` began, to be handed out again.
@@ -99,10 +100,19 @@ impl Blocks {
             }
         }
         completions.sort_unstable();
-        for addr in start_blocks {
-            at_start.entry(addr).or_insert_with(|| fresh(&mut reusable, false));
-        }
         Blocks { of_entry, count: reusable.len() as u32, at_start, open_at_end: open, completions, completed_from_start }
+    }
+
+    /// Numbers the start state's active blocks at `start_blocks` that no
+    /// entry numbered.
+    pub(crate) fn add_start(&mut self, start_blocks: impl Iterator<Item = u64>) {
+        for addr in start_blocks {
+            let count = &mut self.count;
+            self.at_start.entry(addr).or_insert_with(|| {
+                *count += 1;
+                *count - 1
+            });
+        }
     }
 
     /// The block entry `i` concerns, or [`NO_BLOCK`].

@@ -36,7 +36,7 @@ use crate::releases::{releases, replay_as_empty_cache, request_after, Release, R
 use std::borrow::Cow;
 use vramkit_core::{CachingAllocator, DeviceAddr, Error, StreamId, TraceAction};
 use vramkit_sim::SimDevice;
-use vramkit_trace::Entries;
+use vramkit_trace::{Entries, Entry};
 
 /// Streams the driver makes up for held blocks start here, far from real handles.
 const HOLD_STREAM_BASE: u64 = u64::MAX - (1 << 40);
@@ -240,15 +240,22 @@ impl<'a> Driver<'a> {
     }
 
     /// Applies entry `i`.
+    #[inline]
     pub fn step(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize) -> Step {
         let e = self.events.get(i);
+        self.apply(model, i, e)
+    }
+
+    /// Applies entry `i`, which is `e` (a caller walking the entries has it).
+    #[inline]
+    pub fn apply(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize, e: Entry) -> Step {
         match e.action {
             TraceAction::Alloc => {
                 let got = match self.routing.pool(i) {
                     Some(pool) => model.malloc_in_pool(e.size, StreamId(e.stream), pool),
                     None => model.malloc(e.size, StreamId(e.stream)),
                 };
-                model.device_mut().clear_queued_addresses();
+                self.clear_queued_addresses(model);
                 self.free_overdue(model);
                 self.addr[self.blocks.of(i) as usize] = got.as_ref().map_or(FAILED, |p| p.0);
                 Step::Alloc(got)
@@ -348,7 +355,7 @@ impl<'a> Driver<'a> {
             }
             TraceAction::Oom => {
                 let failed = model.malloc(e.size, StreamId(e.stream)).is_err();
-                model.device_mut().clear_queued_addresses();
+                self.clear_queued_addresses(model);
                 self.free_overdue(model);
                 Step::Oom { failed }
             }
@@ -401,6 +408,15 @@ impl<'a> Driver<'a> {
         // The request's own pool: a capture may route it to a private one.
         request_after(self.events, i + 2 + run)
             .is_some_and(|(j, r)| model.fits_in_cache_after_free_in(p, r.size, StreamId(r.stream), self.routing.pool(j)))
+    }
+
+    /// Drops the recorded addresses the `malloc` just replayed did not take
+    /// (only a judging driver hands them out).
+    #[inline]
+    fn clear_queued_addresses(&self, model: &mut CachingAllocator<SimDevice>) {
+        if !self.following {
+            model.device_mut().clear_queued_addresses();
+        }
     }
 
     /// Frees the held blocks left to a synchronisation in the `malloc` just

@@ -198,7 +198,7 @@ impl<'a> ModelRun<'a> {
         let (trace, blocks, m) = (self.trace, self.blocks, &mut self.m);
         let (from, until) = (self.applied, until.min(trace.events.len()));
         for (i, e) in (from..).zip(trace.events.iter_range(from..until)) {
-            match self.driver.step(&mut self.model, i) {
+            match self.driver.apply(&mut self.model, i, e) {
                 Step::Alloc(Ok(_)) => {
                     self.requested[blocks.of(i) as usize] = Some(e.size);
                     self.lower.add(e.size);

@@ -76,20 +76,25 @@ impl<'t> PreparedTrace<'t> {
         recorded_capacity_bytes: Option<u64>,
     ) -> Result<PreparedTrace<'t>, ReplayError> {
         let trace = trace.into();
-        let start = rebuild_start(&trace, &recorded)?;
+        let events = &trace.events;
+        // The entries' blocks and highest address need no start state: worked
+        // out on a second core meanwhile.
+        let (start, (mut blocks, top_entry)) = rayon::join(
+            || rebuild_start(&trace, &recorded),
+            || {
+                rayon::join(
+                    || Blocks::number(events),
+                    || events.iter().filter(|e| e.action != TraceAction::Oom).map(|e| e.addr + e.size).max().unwrap_or(0),
+                )
+            },
+        );
+        let start = start?;
         let start_reserved = start.segments.iter().map(|s| s.total_size).sum();
         let (runs, inferred_capacity_bytes) = classify_with_capacity(&trace.events, start_reserved, &recorded, recorded_capacity_bytes);
-        let events = &trace.events;
-        let top_address = trace
-            .end_segments
-            .iter()
-            .chain(&start.segments)
-            .map(|s| s.address + s.total_size)
-            .chain(events.iter().filter(|e| e.action != TraceAction::Oom).map(|e| e.addr + e.size))
-            .max()
-            .unwrap_or(0);
+        let top_address =
+            trace.end_segments.iter().chain(&start.segments).map(|s| s.address + s.total_size).max().unwrap_or(0).max(top_entry);
         let live_at_start = start.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()).map(|b| b.address);
-        let blocks = Blocks::number(events, live_at_start);
+        blocks.add_start(live_at_start);
         Ok(PreparedTrace {
             trace,
             recorded,

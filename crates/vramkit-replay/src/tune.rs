@@ -24,7 +24,7 @@
 
 use crate::alike::Requests;
 use crate::cutoff::{lock, Cutoff};
-use crate::model::ModelRun;
+use crate::model::{ModelRun, PeakState};
 use crate::prepared::PreparedTrace;
 use crate::trace::DeviceTrace;
 use crate::ReplayError;
@@ -96,6 +96,10 @@ pub struct TuneOptions {
     /// Which candidates need exact figures; the others' replays may stop
     /// once enough finished candidates rank before them (see [`Exact`]).
     pub exact: Exact,
+    /// Keep about this many timeline points, and the state at the peak,
+    /// of every candidate replayed to the end ([`TuneResult::drawn`]), so
+    /// that `report` draws them without replaying them again. 0: none.
+    pub timeline_points: usize,
 }
 
 /// Which candidates of a [`tune`] need exact figures. A candidate that
@@ -224,6 +228,25 @@ pub struct TuneResult {
     pub saving_percent: f64,
     /// Every candidate, best first.
     pub candidates: Vec<Outcome>,
+    /// The candidates replayed to the end, each with its timeline and its
+    /// state at the peak, when [`TuneOptions::timeline_points`] asks for them.
+    #[serde(skip)]
+    pub drawn: Vec<Drawn>,
+}
+
+/// A candidate replayed to the end, as `report` draws it: the figures of
+/// [`PreparedTrace::model_replay_at_peak`] with the same settings, capacity
+/// and timeline points.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Drawn {
+    /// The settings replayed.
+    pub config: AllocatorConfig,
+    /// Timeline points asked for.
+    pub timeline_points: usize,
+    /// Its figures, with the timeline.
+    pub metrics: crate::Metrics,
+    /// The state when reserved bytes first reached their peak.
+    pub peak: PeakState,
 }
 
 /// The candidate whose worst trace is best, when several traces are tuned.
@@ -322,11 +345,14 @@ pub fn candidates(inputs: &[TuneInput<'_>], options: &TuneOptions) -> Vec<Candid
 /// The largest segment the trace's requests need (or its end state holds).
 fn largest_segment(trace: &DeviceTrace) -> u64 {
     let divisions = [0; vramkit_core::rounding::ROUNDUP_INTERVALS];
-    let requests = trace
-        .events
+    // Two columns, not whole entries: this runs before the first replay, twice (`vramkit tune`'s count).
+    let events = &trace.events;
+    let requests = events
+        .actions()
         .iter()
-        .filter(|e| e.action == TraceAction::Alloc)
-        .map(|e| get_allocation_size(round_size(e.size, &divisions), vramkit_core::rounding::LARGE_BUFFER));
+        .zip(events.sizes())
+        .filter(|(&a, _)| a == TraceAction::Alloc)
+        .map(|(_, &size)| get_allocation_size(round_size(size, &divisions), vramkit_core::rounding::LARGE_BUFFER));
     let segments = trace.end_segments.iter().map(|s| s.total_size);
     requests.chain(segments).max().unwrap_or(0)
 }
@@ -356,7 +382,7 @@ pub fn tune(
     progress: &(dyn Fn() + Sync),
 ) -> Result<TuneReport, ReplayError> {
     let cands = candidates(inputs, options);
-    tune_candidates(inputs, &cands, options.exact, progress)
+    tune_with(inputs, &cands, options.exact, options.timeline_points, progress)
 }
 
 /// [`tune`] with a given candidate list. Each input's recorded settings
@@ -365,6 +391,18 @@ pub fn tune_candidates(
     inputs: &[TuneInput<'_>],
     given: &[Candidate],
     exact: Exact,
+    progress: &(dyn Fn() + Sync),
+) -> Result<TuneReport, ReplayError> {
+    tune_with(inputs, given, exact, 0, progress)
+}
+
+/// [`tune_candidates`], keeping `timeline_points` of each candidate
+/// replayed to the end ([`TuneOptions::timeline_points`]).
+fn tune_with(
+    inputs: &[TuneInput<'_>],
+    given: &[Candidate],
+    exact: Exact,
+    timeline_points: usize,
     progress: &(dyn Fn() + Sync),
 ) -> Result<TuneReport, ReplayError> {
     let mut cands: Vec<Candidate> = Vec::new();
@@ -399,9 +437,11 @@ pub fn tune_candidates(
     // without a capacity (the worst case compares every candidate; where
     // allocations can fail, the lower bound of a stopped one is unknown).
     let stopping = inputs.len() == 1 && inputs[0].capacity_bytes.is_none();
+    let drawn: Vec<Mutex<Vec<Drawn>>> = inputs.iter().map(|_| Mutex::new(Vec::new())).collect();
+    let keeper = |i: usize| Keeper { events: inputs[i].trace().events.len(), timeline_points, drawn: &drawn[i] };
     let replayed: Vec<Vec<Result<crate::Metrics, ReplayError>>> = match exact {
-        Exact::Rows(rows) if stopping && rows < cands.len() => vec![best_rows(&inputs[0], &cands, &source[0], Some(rows), progress)],
-        Exact::Best if stopping => vec![best_rows(&inputs[0], &cands, &source[0], None, progress)],
+        Exact::Rows(rows) if stopping && rows < cands.len() => vec![best_rows(&inputs[0], &cands, &source[0], Some(rows), &keeper(0), progress)],
+        Exact::Best if stopping => vec![best_rows(&inputs[0], &cands, &source[0], None, &keeper(0), progress)],
         _ => {
             let source = &source;
             let pairs: Vec<(usize, usize)> =
@@ -409,8 +449,9 @@ pub fn tune_candidates(
             let mut runs: Vec<Option<Result<crate::Metrics, ReplayError>>> = pairs
                 .par_iter()
                 .map(|&(i, c)| {
-                    // The options `vramkit replay --conf` runs with: no timeline.
-                    let result = inputs[i].prepared.model_replay(&cands[c].config, inputs[i].capacity_bytes, 0);
+                    // The options `vramkit replay --conf` runs with (and the timeline kept to draw).
+                    let run = crate::model::run(inputs[i].prepared, &cands[c].config, inputs[i].capacity_bytes, timeline_points, timeline_points > 0);
+                    let result = keeper(i).keep(&cands[c].config, run);
                     (0..cands.len()).filter(|&d| source[i][d] == c).for_each(|_| progress());
                     Some(result)
                 })
@@ -464,6 +505,7 @@ pub fn tune_candidates(
             saving_bytes,
             saving_percent,
             candidates: ranked,
+            drawn: std::mem::take(&mut *lock(&drawn[i])),
         });
         grid.push(outcomes);
     }
@@ -493,6 +535,7 @@ fn best_rows(
     cands: &[Candidate],
     source: &[usize],
     rows: Option<usize>,
+    keeper: &Keeper<'_>,
     progress: &(dyn Fn() + Sync),
 ) -> Vec<Result<crate::Metrics, ReplayError>> {
     let recorded_at = cands.iter().position(|c| c.config == *input.recorded()).expect("a candidate");
@@ -539,7 +582,7 @@ fn best_rows(
     let step = |c: usize| -> Option<Key> {
         let mut slot = lock(&runs[c]);
         if slot.is_none() {
-            match ModelRun::start(input.prepared, &cands[c].config, None, 0, false) {
+            match ModelRun::start(input.prepared, &cands[c].config, None, keeper.timeline_points, keeper.timeline_points > 0) {
                 Ok(run) => *slot = Some(run),
                 Err(e) => {
                     finish(c, Err(e));
@@ -558,8 +601,7 @@ fn best_rows(
         let so_far = run.so_far();
         let key = (false, so_far.oom_count > 0, so_far.oom_count, so_far.peak_reserved_bytes, so_far.device_calls, c);
         if run.done() || cutoff.passed(&key) {
-            let (m, _) = slot.take().expect("started").finish();
-            finish(c, Ok(m));
+            finish(c, keeper.keep(&cands[c].config, Ok(slot.take().expect("started").finish())));
             return None;
         }
         Some(key)
@@ -590,6 +632,29 @@ fn best_rows(
         }
     });
     (0..cands.len()).map(|c| done[source[c]].get().expect("replayed").clone()).collect()
+}
+
+/// Keeps the timelines of one input's candidates replayed to the end.
+struct Keeper<'a> {
+    /// The trace's entries.
+    events: usize,
+    /// See [`TuneOptions::timeline_points`].
+    timeline_points: usize,
+    drawn: &'a Mutex<Vec<Drawn>>,
+}
+
+impl Keeper<'_> {
+    /// The figures of a replay of `config`, its timeline and state at the
+    /// peak kept if it ran to the end (the figures keep no timeline).
+    fn keep(&self, config: &AllocatorConfig, run: Result<(crate::Metrics, Option<PeakState>), ReplayError>) -> Result<crate::Metrics, ReplayError> {
+        let (mut metrics, peak) = run?;
+        if let Some(peak) = peak.filter(|_| metrics.events == self.events as u64) {
+            let timeline_points = self.timeline_points;
+            lock(self.drawn).push(Drawn { config: config.clone(), timeline_points, metrics: metrics.clone(), peak });
+            metrics.timeline = Vec::new();
+        }
+        Ok(metrics)
+    }
 }
 
 fn worst_case(inputs: &[TuneInput<'_>], cands: &[Candidate], grid: &[Vec<Outcome>]) -> WorstCase {
@@ -787,7 +852,7 @@ mod tests {
         // Simplest first: one key at a time before any combination.
         let first_combination = all.iter().position(|c| c.conf.contains(',') && !c.conf.contains("garbage")).unwrap();
         assert!(all[1..first_combination].iter().all(|c| !c.conf.contains(',') || c.conf.starts_with("garbage")));
-        let limited = candidates(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(10), exact: Exact::All });
+        let limited = candidates(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(10), exact: Exact::All, timeline_points: 0 });
         assert_eq!(limited.len(), 10);
         assert_eq!(limited[..], all[..10]);
         // No capacity: no garbage collection (it needs a fraction of a known capacity).

@@ -8,7 +8,7 @@ use vramkit_replay::{tune, DeviceTrace, Exact, Outcome, PreparedTrace, TuneInput
 
 fn tuned(prepared: &PreparedTrace<'_>, exact: Exact) -> TuneResult {
     let input = TuneInput { label: "t".into(), prepared, capacity_bytes: None };
-    let report = tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: None, exact }, &|| ()).unwrap();
+    let report = tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: None, exact, timeline_points: 0 }, &|| ()).unwrap();
     report.results.into_iter().next().unwrap()
 }
 

@@ -8,7 +8,7 @@ use crate::doctor::diagnoses;
 use crate::input::{load, load_traces, CliError};
 use vramkit_core::TraceAction;
 use vramkit_replay::doctor::Diagnosis;
-use vramkit_replay::{DeviceTrace, Exact, TuneResult};
+use vramkit_replay::{DeviceTrace, Exact, TuneOptions, TuneResult};
 
 /// What the snapshot of a run says.
 #[derive(Debug)]
@@ -37,7 +37,7 @@ pub fn analyse(recording: &Recording, session: &Session, max_candidates: Option<
     };
     let traces = [trace];
     let capacity = session.usable_bytes().to_string();
-    let found = diagnoses(&traces, path, &recorded, Some(&capacity), max_candidates, Exact::All)?;
+    let found = diagnoses(&traces, path, &recorded, Some(&capacity), TuneOptions { max_candidates, exact: Exact::All, timeline_points: 0 })?;
     let tune = found.tune.and_then(|t| t.results.into_iter().next());
     Ok(found.diagnoses.into_iter().next().map(|diagnosis| Analysis { diagnosis, tune }))
 }

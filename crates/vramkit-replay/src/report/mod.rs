@@ -89,8 +89,17 @@ pub struct Report {
 /// Runs the replays the page draws and collects the rest.
 pub fn build(input: &ReportInput<'_>) -> Result<Report, ReplayError> {
     let (prepared, trace) = (input.prepared, input.prepared.trace());
+    // The tune may have drawn it already (`TuneOptions::timeline_points`).
+    let drawn = |config: &AllocatorConfig| {
+        input.tune.filter(|t| t.capacity_bytes == input.capacity_bytes).and_then(|t| {
+            t.drawn.iter().find(|d| d.config == *config && d.timeline_points == TIMELINE_POINTS)
+        })
+    };
     let replay = |conf: &str, config: AllocatorConfig| -> Result<Run, ReplayError> {
-        let (metrics, peak) = prepared.model_replay_at_peak(&config, input.capacity_bytes, TIMELINE_POINTS)?;
+        let (metrics, peak) = match drawn(&config) {
+            Some(d) => (d.metrics.clone(), d.peak.clone()),
+            None => prepared.model_replay_at_peak(&config, input.capacity_bytes, TIMELINE_POINTS)?,
+        };
         Ok(Run { conf: conf.to_string(), metrics, peak })
     };
     let (mut recorded, mut recommended, mut sites, mut sites_at_peak) = (None, None, input.diagnosis.top_sites_by_bytes.clone(), false);
@@ -192,7 +201,7 @@ mod tests {
         let recorded = AllocatorConfig::pytorch_default();
         let prepared = PreparedTrace::new(trace, recorded, None).unwrap();
         let input = TuneInput { label: "synthetic".into(), prepared: &prepared, capacity_bytes: None };
-        let t = tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(12), exact: Exact::All }, &|| ()).unwrap();
+        let t = tune(std::slice::from_ref(&input), &TuneOptions { max_candidates: Some(12), exact: Exact::All, timeline_points: 0 }, &|| ()).unwrap();
         let t = &t.results[0];
         let diagnosis = crate::doctor::diagnose(&prepared, Some(t)).unwrap();
         let report = build(&ReportInput {
