@@ -708,6 +708,12 @@ pub fn describe_conf(conf: &str) -> String {
 }
 
 impl TuneResult {
+    /// Whether a table of `rows` rows lists `o`: the first `rows` by rank
+    /// among those replayed to the end, and the recorded settings always.
+    pub fn shows(&self, o: &Outcome, rows: usize) -> bool {
+        (o.rank <= rows && o.stopped_at.is_none()) || o.conf == self.recorded.conf
+    }
+
     /// The ranked table with at most `rows` candidates (the recorded
     /// settings are always shown), then the recommendation.
     pub fn table(&self, rows: usize) -> String {
@@ -725,7 +731,7 @@ impl TuneResult {
             "{:>5}  {:>13}  {:>11}  {:>12}  {:<4}  PYTORCH_CUDA_ALLOC_CONF\n",
             "rank", "peak reserved", "vs recorded", "device calls", "OOM"
         ));
-        let hide = |o: &Outcome| (o.rank > rows || o.stopped_at.is_some()) && o.conf != self.recorded.conf;
+        let hide = |o: &Outcome| !self.shows(o, rows);
         for o in &self.candidates {
             let is_recorded = o.conf == self.recorded.conf;
             if hide(o) {

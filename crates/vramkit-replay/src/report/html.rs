@@ -4,7 +4,7 @@ use super::escape::escape;
 use super::svg::{self, Level, Series};
 use super::{Report, Run};
 use crate::doctor::Site;
-use crate::tune::{describe_conf, show_conf};
+use crate::tune::{describe_conf, show_conf, TABLE_ROWS};
 use std::fmt::Write;
 use vramkit_core::format_size;
 
@@ -236,8 +236,10 @@ fn tune_table(out: &mut String, r: &Report) {
         return;
     };
     out.push_str("<table><tr><th>rank</th><th>peak reserved</th><th>vs recorded</th><th>device calls</th><th>OOM</th><th>PYTORCH_CUDA_ALLOC_CONF</th></tr>");
-    // A stopped replay's figures are only what it had reached (`tune::TuneOptions::shown`).
-    for o in t.candidates.iter().filter(|o| o.stopped_at.is_none()) {
+    // The rows `vramkit tune` lists (a stopped replay's figures are only
+    // what it had reached; which replays beyond those rows ran to the end
+    // depends on the threads' timing).
+    for o in t.candidates.iter().filter(|o| t.shows(o, TABLE_ROWS)) {
         let class = if o.rank == 1 {
             " class=\"best\""
         } else if o.conf == t.recorded.conf {
@@ -264,11 +266,11 @@ fn tune_table(out: &mut String, r: &Report) {
         );
     }
     out.push_str("</table>");
-    let stopped = t.candidates.iter().filter(|o| o.stopped_at.is_some()).count();
-    if stopped > 0 {
+    let more = t.candidates.iter().filter(|o| !t.shows(o, TABLE_ROWS)).count();
+    if more > 0 {
         let _ = write!(
             out,
-            "<p class=\"note\">{stopped} more settings rank below these: each replay stopped once it could no longer rank among them (it had reserved more than they did at their peaks). <code>vramkit tune --all</code> replays every one to the end.</p>"
+            "<p class=\"note\">{more} more settings rank below these (most replays stopped once they could no longer rank among them: they had reserved more than these did at their peaks). <code>vramkit tune --all</code> replays every one to the end.</p>"
         );
     }
     out.push_str("</section>");

@@ -192,7 +192,7 @@ mod tests {
     use super::*;
     use crate::synthetic::{record, Workload};
     use crate::trace::DeviceTrace;
-    use crate::tune::{tune, Exact, TuneInput, TuneOptions};
+    use crate::tune::{tune, Exact, TuneInput, TuneOptions, TABLE_ROWS};
 
     #[test]
     fn a_report_on_a_synthetic_trace_draws_both_runs_and_keeps_their_peaks() {
@@ -230,6 +230,39 @@ mod tests {
         assert!(!html.contains("http://") || html.matches("http://").count() == html.matches("http://www.w3.org/2000/svg").count());
         assert!(html.contains(r#"id="timeline""#) && html.contains(r#"id="segment-map-recorded""#));
         assert!(html.contains("Settings tried"));
+    }
+
+    /// The page lists the rows `vramkit tune` lists, however many more
+    /// replays ran to the end (with two threads, that varies run to run).
+    #[test]
+    fn the_settings_table_lists_the_rows_tune_lists() {
+        let snap = record(&Workload::new(5_000));
+        let trace = &DeviceTrace::split(&snap)[0];
+        let prepared = PreparedTrace::new(trace, AllocatorConfig::pytorch_default(), None).unwrap();
+        let input = TuneInput { label: "synthetic".into(), prepared: &prepared, capacity_bytes: None };
+        // Every replay to the end: the most a run of `vramkit report` can have.
+        let options = TuneOptions { max_candidates: Some(TABLE_ROWS + 8), exact: Exact::All, timeline_points: 0 };
+        let t = tune(std::slice::from_ref(&input), &options, &|| ()).unwrap();
+        let t = &t.results[0];
+        assert!(t.candidates.iter().all(|o| o.stopped_at.is_none()) && t.candidates.len() > TABLE_ROWS);
+        let diagnosis = crate::doctor::diagnose(&prepared, Some(t)).unwrap();
+        let report =
+            build(&ReportInput { label: "synthetic".into(), prepared: &prepared, capacity_bytes: None, tune: Some(t), diagnosis: &diagnosis })
+                .unwrap();
+        let html = report.to_html();
+        let section = &html[html.find(r#"<section id="tune">"#).unwrap()..];
+        let section = &section[..section.find("</section>").unwrap()];
+        let listed = t.candidates.iter().filter(|o| t.shows(o, TABLE_ROWS)).count();
+        assert!((TABLE_ROWS..=TABLE_ROWS + 1).contains(&listed));
+        // One header row, then one per candidate listed.
+        assert_eq!(section.matches("<tr").count(), 1 + listed);
+        assert!(section.contains(&format!("{} more settings rank below these", t.candidates.len() - listed)));
+        let text = t.table(TABLE_ROWS);
+        for o in &t.candidates {
+            let conf = format!("<code>{}</code>", escape::escape(crate::tune::show_conf(&o.conf)));
+            assert_eq!(section.contains(&conf), t.shows(o, TABLE_ROWS), "{conf}");
+            assert_eq!(text.contains(&format!("  {}\n", crate::tune::show_conf(&o.conf))) || text.contains(&format!("  {}  <- recorded", crate::tune::show_conf(&o.conf))), t.shows(o, TABLE_ROWS), "{conf}");
+        }
     }
 
     #[test]
