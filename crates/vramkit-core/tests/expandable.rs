@@ -170,6 +170,22 @@ fn r24_targeted_release_of_an_expandable_block_is_pytorchs_internal_assert() {
     }
 }
 
+/// Torch 2.4's rules with expandable segments and a 40 MiB
+/// `max_split_size_mb`: the targeted release meets PyTorch's assert.
+fn r24_expandable_with_max_split() -> vramkit_core::AllocatorConfig {
+    vramkit_core::AllocatorConfig::builder()
+        .expandable_segments(true)
+        .max_split_size_bytes(Some(40 * MIB))
+        .compat(vramkit_core::config::Compat::R24)
+        .build()
+        .unwrap()
+}
+
+/// The history, without the snapshot entries `trace` adds.
+fn history_entries(a: &mut vramkit_core::CachingAllocator<SimDevice>) -> String {
+    trace(a).lines().filter(|l| !l.starts_with("snapshot")).collect::<Vec<_>>().join("\n")
+}
+
 /// Torch 2.4: a request whose first attempt reserves a new range, fails to
 /// map it, and then dies at the targeted release's assert (GitHub #119452)
 /// leaves that range reserved and unmapped, with no trace entry.
@@ -178,13 +194,7 @@ fn r24_targeted_release_of_an_expandable_block_is_pytorchs_internal_assert() {
 /// its base.
 #[test]
 fn a_reservation_left_by_a_request_that_died_at_the_r24_assert() {
-    use vramkit_core::config::Compat;
-    let config = vramkit_core::AllocatorConfig::builder()
-        .expandable_segments(true)
-        .max_split_size_bytes(Some(40 * MIB))
-        .compat(Compat::R24)
-        .build()
-        .unwrap();
+    let config = r24_expandable_with_max_split();
     // [100 I | 10 A | 10 I | 20 unmapped] in a 140 MiB reservation on a
     // 120 MiB device, all of it mapped.
     let setup = || {
@@ -204,12 +214,10 @@ fn a_reservation_left_by_a_request_that_died_at_the_r24_assert() {
     assert_eq!(died.device().reservations(), 2, "the refused first attempt reserved a range");
 
     let (mut left, left_pin) = setup();
-    // The history, without the snapshot entries `trace` adds.
-    let entries = |a: &mut vramkit_core::CachingAllocator<SimDevice>| trace(a).lines().filter(|l| !l.starts_with("snapshot")).collect::<Vec<_>>().join("\n");
-    let trace_before = entries(&mut left);
+    let trace_before = history_entries(&mut left);
     let base = left.leave_expandable_reservation(60 * MIB, S0).unwrap();
     left.check_invariants().unwrap();
-    assert_eq!(entries(&mut left), trace_before, "no trace entry");
+    assert_eq!(history_entries(&mut left), trace_before, "no trace entry");
     assert_eq!(left.device().reservations(), 2);
     assert_eq!(state(&left), state(&died));
     assert_eq!(stats(&left), stats(&died));
@@ -241,13 +249,7 @@ fn no_reservation_is_left_where_the_pool_grows_no_expandable_segments() {
 /// the same way.
 #[test]
 fn pages_mapped_by_a_request_that_died_at_the_r24_assert() {
-    use vramkit_core::config::Compat;
-    let config = vramkit_core::AllocatorConfig::builder()
-        .expandable_segments(true)
-        .max_split_size_bytes(Some(40 * MIB))
-        .compat(Compat::R24)
-        .build()
-        .unwrap();
+    let config = r24_expandable_with_max_split();
     // [40 unmapped | 40 I | 20 unmapped] in a 100 MiB reservation on an
     // 80 MiB device.
     let setup = || {
@@ -260,20 +262,19 @@ fn pages_mapped_by_a_request_that_died_at_the_r24_assert() {
         a.free(p2).unwrap();
         (a, p1)
     };
-    let entries = |a: &mut vramkit_core::CachingAllocator<SimDevice>| trace(a).lines().filter(|l| !l.starts_with("snapshot")).collect::<Vec<_>>().join("\n");
     // 90 MiB: the hole, the free block and the tail have room; the hole is
     // mapped (merging with the free block: 80 MiB), the tail's page is
     // refused, and the targeted release meets the 80 MiB expandable block.
     let (mut died, base) = setup();
     let err = died.malloc(90 * MIB, S0).unwrap_err();
     assert!(err.to_string().contains("INTERNAL ASSERT FAILED"), "{err}");
-    let died_trace = entries(&mut died);
+    let died_trace = history_entries(&mut died);
     assert!(died_trace.ends_with("segment_map 0x0 41943040"), "{died_trace}");
 
     let (mut left, _) = setup();
     assert!(left.map_left_by_failed_request(base, 40 * MIB, S0).unwrap());
     left.check_invariants().unwrap();
-    assert_eq!(entries(&mut left), died_trace);
+    assert_eq!(history_entries(&mut left), died_trace);
     assert_eq!(state(&left), state(&died));
     assert_eq!(stats(&left), stats(&died));
     // Only where an unmapped block starts.
