@@ -97,8 +97,10 @@ pub struct TuneOptions {
     /// once enough finished candidates rank before them (see [`Exact`]).
     pub exact: Exact,
     /// Keep about this many timeline points, and the state at the peak,
-    /// of every candidate replayed to the end ([`TuneResult::drawn`]), so
-    /// that `report` draws them without replaying them again. 0: none.
+    /// of the recorded settings' replay ([`TuneResult::drawn`]), so that
+    /// `report` draws it without replaying it again. 0: none. (Only that
+    /// one: keeping the state at each new peak of every candidate costs
+    /// more than the one replay of the recommended settings it would save.)
     pub timeline_points: usize,
 }
 
@@ -228,8 +230,8 @@ pub struct TuneResult {
     pub saving_percent: f64,
     /// Every candidate, best first.
     pub candidates: Vec<Outcome>,
-    /// The candidates replayed to the end, each with its timeline and its
-    /// state at the peak, when [`TuneOptions::timeline_points`] asks for them.
+    /// The recorded settings' replay, with its timeline and its state at
+    /// the peak, when [`TuneOptions::timeline_points`] asks for them.
     #[serde(skip)]
     pub drawn: Vec<Drawn>,
 }
@@ -438,7 +440,7 @@ fn tune_with(
     // allocations can fail, the lower bound of a stopped one is unknown).
     let stopping = inputs.len() == 1 && inputs[0].capacity_bytes.is_none();
     let drawn: Vec<Mutex<Vec<Drawn>>> = inputs.iter().map(|_| Mutex::new(Vec::new())).collect();
-    let keeper = |i: usize| Keeper { events: inputs[i].trace().events.len(), timeline_points, drawn: &drawn[i] };
+    let keeper = |i: usize| Keeper { events: inputs[i].trace().events.len(), recorded: inputs[i].recorded(), timeline_points, drawn: &drawn[i] };
     let replayed: Vec<Vec<Result<crate::Metrics, ReplayError>>> = match exact {
         Exact::Rows(rows) if stopping && rows < cands.len() => vec![best_rows(&inputs[0], &cands, &source[0], Some(rows), &keeper(0), progress)],
         Exact::Best if stopping => vec![best_rows(&inputs[0], &cands, &source[0], None, &keeper(0), progress)],
@@ -450,7 +452,8 @@ fn tune_with(
                 .par_iter()
                 .map(|&(i, c)| {
                     // The options `vramkit replay --conf` runs with (and the timeline kept to draw).
-                    let run = crate::model::run(inputs[i].prepared, &cands[c].config, inputs[i].capacity_bytes, timeline_points, timeline_points > 0);
+                    let points = keeper(i).points(&cands[c].config);
+                    let run = crate::model::run(inputs[i].prepared, &cands[c].config, inputs[i].capacity_bytes, points, points > 0);
                     let result = keeper(i).keep(&cands[c].config, run);
                     (0..cands.len()).filter(|&d| source[i][d] == c).for_each(|_| progress());
                     Some(result)
@@ -582,7 +585,8 @@ fn best_rows(
     let step = |c: usize| -> Option<Key> {
         let mut slot = lock(&runs[c]);
         if slot.is_none() {
-            match ModelRun::start(input.prepared, &cands[c].config, None, keeper.timeline_points, keeper.timeline_points > 0) {
+            let points = keeper.points(&cands[c].config);
+            match ModelRun::start(input.prepared, &cands[c].config, None, points, points > 0) {
                 Ok(run) => *slot = Some(run),
                 Err(e) => {
                     finish(c, Err(e));
@@ -634,16 +638,27 @@ fn best_rows(
     (0..cands.len()).map(|c| done[source[c]].get().expect("replayed").clone()).collect()
 }
 
-/// Keeps the timelines of one input's candidates replayed to the end.
+/// Keeps the timeline of one input's recorded settings, replayed to the end.
 struct Keeper<'a> {
     /// The trace's entries.
     events: usize,
+    /// The settings the trace was recorded with.
+    recorded: &'a AllocatorConfig,
     /// See [`TuneOptions::timeline_points`].
     timeline_points: usize,
     drawn: &'a Mutex<Vec<Drawn>>,
 }
 
 impl Keeper<'_> {
+    /// The timeline points a replay of `config` keeps.
+    fn points(&self, config: &AllocatorConfig) -> usize {
+        if config == self.recorded {
+            self.timeline_points
+        } else {
+            0
+        }
+    }
+
     /// The figures of a replay of `config`, its timeline and state at the
     /// peak kept if it ran to the end (the figures keep no timeline).
     fn keep(&self, config: &AllocatorConfig, run: Result<(crate::Metrics, Option<PeakState>), ReplayError>) -> Result<crate::Metrics, ReplayError> {
