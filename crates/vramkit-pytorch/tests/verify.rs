@@ -121,6 +121,11 @@ const PINNED: &[(&str, &str, &str, u64)] = &[
     // Held blocks completing in one malloc, freed newest hold first.
     ("2.12.0", "streams", "roundup_power2_divisions:4", 6),
     ("2.12.0", "tight+streams", "max_split_size_mb:128,roundup_power2_divisions:8", 6),
+    // Held blocks freed by a synchronisation that released nothing (only
+    // their free_completed entries show, every held block's, no request
+    // after): freed at the next malloc instead, after a neighbour's free,
+    // the other block survived the merge (issue 12).
+    ("2.12.0", "pools", "roundup_power2_divisions:4", 12),
     // Private pools, every release to 2.12 (2.13 and 2.15 verified).
     ("2.4.1", "pools", "", 11),
     ("2.4.1", "pools", "roundup_power2_divisions:4", 11),

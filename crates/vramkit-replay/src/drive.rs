@@ -9,7 +9,9 @@
 //!   model frees the block where PyTorch did: at the start of the next
 //!   `malloc`, or in a synchronisation. `free_completed` entries just before
 //!   a run of releases were emitted by that synchronisation itself, so their
-//!   events are left for the model's synchronisation to complete. A pair
+//!   events are left for the model's synchronisation to complete; a run
+//!   that no request, release or `oom` follows came from a synchronisation
+//!   that released nothing, and the model frees its blocks there. A pair
 //!   directly before such a run is a held block too when freeing it would
 //!   have served the request that follows: then there would be no run.
 //!   Each held block's event stream is numbered by where its
@@ -296,6 +298,9 @@ impl<'a> Driver<'a> {
                     }
                 }
                 self.addr[block as usize] = RECORDED;
+                if self.freed_by_quiet_sync(i) {
+                    model.process_events();
+                }
                 Step::Other
             }
             // The recorded addresses are handed out again only where the
@@ -390,6 +395,33 @@ impl<'a> Driver<'a> {
         if !synchronised {
             self.reading.to_mut().by_sync[i..end].fill(false);
         }
+    }
+
+    /// Whether the `free_completed` at `i`, not a plain free's, ends a run
+    /// that no `malloc` emitted: what follows the run is no `alloc`, `oom`
+    /// or segment event (nor the trace's end). PyTorch completes held
+    /// blocks' frees only at a `malloc`'s start or in a synchronisation
+    /// (an `empty_cache()` that released nothing shows only this run): it
+    /// freed these blocks here, before the entries that follow, so the
+    /// model frees them now too rather than at its next `malloc` (which
+    /// block survives a merge with a block freed in between shows under
+    /// torch 2.12's tie rule).
+    fn freed_by_quiet_sync(&self, i: usize) -> bool {
+        let actions = self.events.actions();
+        let plain = i > 0 && actions[i - 1] == TraceAction::FreeRequested && self.events.addrs()[i - 1] == self.events.addrs()[i];
+        !plain
+            && actions.get(i + 1).is_some_and(|&a| {
+                !matches!(
+                    a,
+                    TraceAction::FreeCompleted
+                        | TraceAction::Alloc
+                        | TraceAction::Oom
+                        | TraceAction::SegmentAlloc
+                        | TraceAction::SegmentMap
+                        | TraceAction::SegmentFree
+                        | TraceAction::SegmentUnmap
+                )
+            })
     }
 
     /// A `free_requested` at `i` directly followed by its `free_completed`

@@ -258,6 +258,54 @@ fn record_stream_under_block_age_ties() {
     assert!(report.is_empty(), "{}", report.join("\n"));
 }
 
+/// A synchronisation that released nothing (`empty_cache()` with no whole
+/// free segment) shows only its `free_completed` entries, followed by no
+/// request: PyTorch freed the held blocks there, so a block freed next
+/// merges into one already free and survives, which under torch 2.12's
+/// block-age ties decides a later placement. Here `q` (newer than `s2`'s
+/// tail) absorbs `p` (older): the 128 KiB tail left of their merged block
+/// is newer than `s2`'s, which takes the 128 KiB request. Freed at the
+/// next `malloc` instead, `p` absorbed `q` and its older tail took it
+/// (torch 2.12.0 `pools`, seed 12, entry 1632, issue 12).
+#[test]
+fn quiet_synchronisation_frees_held_blocks_where_it_ran() {
+    const KIB: u64 = 1 << 10;
+    crate::without_invariant_checks();
+    let config = AllocatorConfig::parse_with_compat("", Compat::V2_12).unwrap();
+    let device = SimDevice::new(u64::MAX).with_event_mode(EventMode::Manual).with_first_fit();
+    let mut a = CachingAllocator::new(device, config.clone());
+    a.record_history(Some(HistoryConfig::default()));
+    let s0 = StreamId(0);
+    // First small segment: p, x1, x2 (its exact tail).
+    let p = a.malloc(256 * KIB, s0).unwrap();
+    let x1 = a.malloc(896 * KIB, s0).unwrap();
+    let _x2 = a.malloc(896 * KIB, s0).unwrap();
+    // Second: y1, y2, y3 and a free 128 KiB tail, the segment's own block.
+    let _y1 = a.malloc(896 * KIB, s0).unwrap();
+    let _y2 = a.malloc(896 * KIB, s0).unwrap();
+    let _y3 = a.malloc(128 * KIB, s0).unwrap();
+    // q, newer than that tail, split off where x1 was; z fills the rest.
+    a.free(x1).unwrap();
+    let q = a.malloc(256 * KIB, s0).unwrap();
+    let _z = a.malloc(640 * KIB, s0).unwrap();
+    assert_eq!(q.0, p.0 + 256 * KIB);
+    // p is held by another stream; a large request comes between its
+    // free and the synchronisation, which releases nothing.
+    a.record_stream(p, StreamId(7)).unwrap();
+    a.free(p).unwrap();
+    let _large = a.malloc(4 * MIB, s0).unwrap();
+    a.empty_cache();
+    a.free(q).unwrap();
+    let _r = a.malloc(384 * KIB, s0).unwrap();
+    let tie = a.malloc(128 * KIB, s0).unwrap();
+    assert_ne!(tie.0, p.0 + 384 * KIB, "the second segment's older tail is taken");
+    let snap = a.snapshot();
+    for trace in DeviceTrace::split(&snap) {
+        let report = vramkit_replay::verify_with_capacity(&trace, &config, None).unwrap();
+        assert!(report.passed(), "{:#?}", report.first_divergence);
+    }
+}
+
 /// Every setting with device refusals, 100 seeds each: how many seeds do
 /// not verify, against the most each may (measured; lower it when a fix
 /// lands). What remains is block tails a window start cannot pin down
