@@ -23,8 +23,9 @@ pub(crate) struct Requests {
     sizes: Vec<u64>,
     /// The largest segment of the start state.
     largest_start_segment: u64,
-    /// The division tables met so far: each one rounds the sizes unlike every earlier one.
-    tables: Vec<[u64; ROUNDUP_INTERVALS]>,
+    /// The division tables met so far, each with `sizes` as it rounds
+    /// them: each one rounds the sizes unlike every earlier one.
+    tables: Vec<([u64; ROUNDUP_INTERVALS], Vec<u64>)>,
 }
 
 impl Requests {
@@ -50,18 +51,21 @@ impl Requests {
     pub(crate) fn form(&mut self, config: &AllocatorConfig) -> AllocatorConfig {
         let mut form = config.clone();
         let table = config.roundup_power2_divisions;
-        let sizes = &self.sizes;
-        let same = |other: &[u64; ROUNDUP_INTERVALS]| sizes.iter().all(|&s| round_size(s, other) == round_size(s, &table));
-        match self.tables.iter().find(|t| same(t)) {
-            Some(earlier) => form.roundup_power2_divisions = *earlier,
-            None => self.tables.push(table),
-        }
+        // A table met before rounds as it did (most candidates share a few tables).
+        let at = match self.tables.iter().position(|(t, _)| *t == table) {
+            Some(at) => at,
+            None => {
+                let rounded: Vec<u64> = self.sizes.iter().map(|&s| round_size(s, &table)).collect();
+                self.tables.iter().position(|(_, r)| *r == rounded).unwrap_or_else(|| {
+                    self.tables.push((table, rounded));
+                    self.tables.len() - 1
+                })
+            }
+        };
+        let (earlier, rounded) = &self.tables[at];
+        form.roundup_power2_divisions = *earlier;
         if let Some(limit) = config.max_split_size_bytes.filter(|_| !config.expandable_segments) {
-            let largest_new = sizes
-                .iter()
-                .map(|&s| get_allocation_size(round_size(s, &table), config.large_segment_size_bytes))
-                .max()
-                .unwrap_or(0);
+            let largest_new = rounded.iter().map(|&r| get_allocation_size(r, config.large_segment_size_bytes)).max().unwrap_or(0);
             if largest_new.max(self.largest_start_segment) < limit {
                 form.max_split_size_bytes = None;
             }
