@@ -149,21 +149,27 @@ impl Ordered {
     }
 
     /// Replaces the entry at `old` by `(new, id)`; false if `old` was not
-    /// there. A split or a merge changes one free block's key without
-    /// moving it past another entry, so in a vector it is overwritten in
-    /// place.
+    /// there. In a vector only the entries between the old place and the
+    /// new one move (none when the key keeps its place), not the tail
+    /// twice: a split makes a free block smaller, a merge larger, and
+    /// either often moves it past a few others.
     #[inline(always)]
     fn rekey(&mut self, old: FreeKey, hint: u32, new: FreeKey, id: BlockId) -> bool {
         match self {
             Ordered::Small(v) => {
                 let Some(at) = index_of(v, old, hint) else { return false };
-                if (at == 0 || v[at - 1].0 < new) && v.get(at + 1).is_none_or(|e| new < e.0) {
-                    v[at] = (new, id);
+                let to = if (at == 0 || v[at - 1].0 < new) && v.get(at + 1).is_none_or(|e| new < e.0) {
+                    at
+                } else if new < old {
+                    let to = v[..at].partition_point(|e| e.0 < new);
+                    v[to..=at].rotate_right(1);
+                    to
                 } else {
-                    v.remove(at);
-                    let at = v.partition_point(|e| e.0 < new);
-                    v.insert(at, (new, id));
-                }
+                    let to = at + v[at + 1..].partition_point(|e| e.0 < new);
+                    v[at..=to].rotate_left(1);
+                    to
+                };
+                v[to] = (new, id);
                 true
             }
             Ordered::Large(m) => m.remove(&old).is_some() && m.insert(new, id).is_none(),
