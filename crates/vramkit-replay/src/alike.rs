@@ -23,9 +23,11 @@ pub(crate) struct Requests {
     sizes: Vec<u64>,
     /// The largest segment of the start state.
     largest_start_segment: u64,
-    /// The division tables met so far, each with `sizes` as it rounds
-    /// them: each one rounds the sizes unlike every earlier one.
-    tables: Vec<([u64; ROUNDUP_INTERVALS], Vec<u64>)>,
+    /// The division tables met so far that round the sizes unlike every
+    /// earlier one, each with the largest size it rounds them to.
+    tables: Vec<([u64; ROUNDUP_INTERVALS], u64)>,
+    /// Every table met so far, with its place in `tables`.
+    met: Vec<([u64; ROUNDUP_INTERVALS], usize)>,
 }
 
 impl Requests {
@@ -42,7 +44,7 @@ impl Requests {
         sizes.sort_unstable();
         sizes.dedup();
         let largest_start_segment = start.iter().map(|s| s.total_size).max().unwrap_or(0);
-        Requests { sizes, largest_start_segment, tables: Vec::new() }
+        Requests { sizes, largest_start_segment, tables: Vec::new(), met: Vec::new() }
     }
 
     /// `config` with its settings that are inert on this trace put as an
@@ -51,21 +53,26 @@ impl Requests {
     pub(crate) fn form(&mut self, config: &AllocatorConfig) -> AllocatorConfig {
         let mut form = config.clone();
         let table = config.roundup_power2_divisions;
-        // A table met before rounds as it did (most candidates share a few tables).
-        let at = match self.tables.iter().position(|(t, _)| *t == table) {
-            Some(at) => at,
+        // Most candidates share a few tables: one met before is judged once.
+        let at = match self.met.iter().find(|(t, _)| *t == table) {
+            Some(&(_, at)) => at,
             None => {
-                let rounded: Vec<u64> = self.sizes.iter().map(|&s| round_size(s, &table)).collect();
-                self.tables.iter().position(|(_, r)| *r == rounded).unwrap_or_else(|| {
-                    self.tables.push((table, rounded));
+                let sizes = &self.sizes;
+                let same = |other: &[u64; ROUNDUP_INTERVALS]| sizes.iter().all(|&s| round_size(s, other) == round_size(s, &table));
+                let at = self.tables.iter().position(|(t, _)| same(t)).unwrap_or_else(|| {
+                    let largest = sizes.iter().map(|&s| round_size(s, &table)).max().unwrap_or(0);
+                    self.tables.push((table, largest));
                     self.tables.len() - 1
-                })
+                });
+                self.met.push((table, at));
+                at
             }
         };
-        let (earlier, rounded) = &self.tables[at];
-        form.roundup_power2_divisions = *earlier;
+        let (earlier, largest_rounded) = self.tables[at];
+        form.roundup_power2_divisions = earlier;
         if let Some(limit) = config.max_split_size_bytes.filter(|_| !config.expandable_segments) {
-            let largest_new = rounded.iter().map(|&r| get_allocation_size(r, config.large_segment_size_bytes)).max().unwrap_or(0);
+            // The largest request makes the largest segment: the size grows with the request.
+            let largest_new = if self.sizes.is_empty() { 0 } else { get_allocation_size(largest_rounded, config.large_segment_size_bytes) };
             if largest_new.max(self.largest_start_segment) < limit {
                 form.max_split_size_bytes = None;
             }
