@@ -162,11 +162,11 @@ impl Ordered {
                     at
                 } else if new < old {
                     let to = v[..at].partition_point(|e| e.0 < new);
-                    v[to..=at].rotate_right(1);
+                    v.copy_within(to..at, to + 1);
                     to
                 } else {
                     let to = at + v[at + 1..].partition_point(|e| e.0 < new);
-                    v[at..=to].rotate_left(1);
+                    v.copy_within(at + 1..=to, at);
                     to
                 };
                 v[to] = (new, id);
