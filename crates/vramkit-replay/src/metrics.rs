@@ -92,11 +92,17 @@ impl LowerBound {
 }
 
 /// Keeps a timeline of at most about `max_points` samples, always keeping
-/// the samples where allocated or reserved peak within each bucket.
+/// the samples where allocated or reserved peak within each bucket of
+/// `every` entries (the last of equals). Each bucket's two highs are kept
+/// as the samples come, none stored in between.
 #[derive(Clone, Debug)]
 pub(crate) struct Timeline {
     every: u64,
-    bucket: Vec<Sample>,
+    /// Samples in the current bucket.
+    in_bucket: u64,
+    /// The bucket's highest (reserved, allocated) and (allocated, reserved).
+    hi_reserved: Sample,
+    hi_allocated: Sample,
     pub samples: Vec<Sample>,
     enabled: bool,
 }
@@ -105,30 +111,38 @@ impl Timeline {
     pub fn new(events: u64, max_points: usize) -> Timeline {
         let enabled = max_points > 0;
         let every = if enabled { (events / (max_points as u64 / 2).max(1)).max(1) } else { u64::MAX };
-        Timeline { every, bucket: Vec::new(), samples: Vec::new(), enabled }
+        Timeline { every, in_bucket: 0, hi_reserved: Sample::default(), hi_allocated: Sample::default(), samples: Vec::new(), enabled }
     }
 
+    #[inline]
     pub fn push(&mut self, s: Sample) {
         if !self.enabled {
             return;
         }
-        self.bucket.push(s);
-        if self.bucket.len() as u64 >= self.every {
+        let first = self.in_bucket == 0;
+        if first || (s.reserved_bytes, s.allocated_bytes) >= (self.hi_reserved.reserved_bytes, self.hi_reserved.allocated_bytes) {
+            self.hi_reserved = s;
+        }
+        if first || (s.allocated_bytes, s.reserved_bytes) >= (self.hi_allocated.allocated_bytes, self.hi_allocated.reserved_bytes) {
+            self.hi_allocated = s;
+        }
+        self.in_bucket += 1;
+        if self.in_bucket >= self.every {
             self.flush();
         }
     }
 
     pub fn flush(&mut self) {
-        if self.bucket.is_empty() {
+        if self.in_bucket == 0 {
             return;
         }
-        let hi_reserved = *self.bucket.iter().max_by_key(|s| (s.reserved_bytes, s.allocated_bytes)).expect("non-empty");
-        let hi_allocated = *self.bucket.iter().max_by_key(|s| (s.allocated_bytes, s.reserved_bytes)).expect("non-empty");
-        let mut keep = vec![hi_reserved, hi_allocated];
-        keep.sort_by_key(|s| s.event);
-        keep.dedup();
-        self.samples.extend(keep);
-        self.bucket.clear();
+        let (a, b) = (self.hi_reserved, self.hi_allocated);
+        match a.event.cmp(&b.event) {
+            std::cmp::Ordering::Less => self.samples.extend([a, b]),
+            std::cmp::Ordering::Equal => self.samples.push(a),
+            std::cmp::Ordering::Greater => self.samples.extend([b, a]),
+        }
+        self.in_bucket = 0;
     }
 }
 
@@ -187,4 +201,45 @@ pub fn stats_from_segments(segments: &[vramkit_core::SegmentInfo], max_split_siz
         }
     }
     st
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The timeline as first written: each bucket stored whole, then its
+    /// highs found (`max_by_key` keeps the last of equals), sorted, deduplicated.
+    fn stored(samples: &[Sample], every: usize) -> Vec<Sample> {
+        let mut out = Vec::new();
+        for bucket in samples.chunks(every) {
+            let hi_reserved = *bucket.iter().max_by_key(|s| (s.reserved_bytes, s.allocated_bytes)).expect("non-empty");
+            let hi_allocated = *bucket.iter().max_by_key(|s| (s.allocated_bytes, s.reserved_bytes)).expect("non-empty");
+            let mut keep = vec![hi_reserved, hi_allocated];
+            keep.sort_by_key(|s| s.event);
+            keep.dedup();
+            out.extend(keep);
+        }
+        out
+    }
+
+    proptest! {
+        /// The streaming timeline keeps exactly the samples the stored one
+        /// did, ties included (few distinct values make them common).
+        #[test]
+        fn keeps_each_buckets_highs_as_storing_it_did(
+            values in proptest::collection::vec((0u64..4, 0u64..4), 0..300),
+            points in 1usize..40,
+        ) {
+            let samples: Vec<Sample> = values
+                .iter()
+                .enumerate()
+                .map(|(i, &(a, r))| Sample { event: i as u64 + 1, allocated_bytes: a, reserved_bytes: r, requested_bytes: a })
+                .collect();
+            let mut t = Timeline::new(samples.len() as u64, points);
+            samples.iter().for_each(|&s| t.push(s));
+            t.flush();
+            prop_assert_eq!(t.samples, stored(&samples, t.every as usize));
+        }
+    }
 }
