@@ -230,6 +230,14 @@ impl Ordered {
         m.contains_key(&k).then(|| (m.range(..k).next_back().map(|e| *e.0), m.range((Excluded(k), Unbounded)).next().map(|e| *e.0)))
     }
 
+    /// The entry with the largest key.
+    fn last(&self) -> Option<FreeKey> {
+        match self {
+            Ordered::Small(v) => v.last().map(|e| e.0),
+            Ordered::Large(m) => m.last_key_value().map(|e| *e.0),
+        }
+    }
+
     /// The last entry with key < k.
     #[inline]
     fn before(&self, k: FreeKey) -> Option<(FreeKey, BlockId)> {
@@ -362,6 +370,11 @@ impl FreeBlocks {
     pub fn successor(&self, e: FreeEntry) -> Option<FreeEntry> {
         let (k, id, index) = self.stream(e.stream)?.after(e.key(), e.index)?;
         Some(FreeEntry { index, ..entry(e.stream, k, id) })
+    }
+
+    /// The size of the largest free block (on any stream), 0 with none.
+    pub fn largest(&self) -> u64 {
+        self.streams.iter().filter_map(|(_, m)| m.last()).map(|k| k.size).max().unwrap_or(0)
     }
 
     /// Every free block in (stream, size, segment age, address) order.

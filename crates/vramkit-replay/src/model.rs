@@ -227,12 +227,11 @@ impl<'a> ModelRun<'a> {
             let st = self.model.stats();
             if st.reserved_bytes.all.current > self.peak_reserved {
                 self.peak_reserved = st.reserved_bytes.all.current;
+                if self.keep_peak || self.timeline_points > 0 {
+                    self.largest_at_peak = self.model.largest_free_block();
+                }
                 if self.keep_peak {
-                    let segments = self.model.segments();
-                    self.largest_at_peak = largest_free_block(&segments);
-                    self.peak = Some(PeakState { event: i as u64 + 1, segments });
-                } else if self.timeline_points > 0 {
-                    self.largest_at_peak = largest_free_block(&self.model.segments());
+                    self.peak = Some(PeakState { event: i as u64 + 1, segments: self.model.segments() });
                 }
                 m.waste_bytes_at_peak = (st.reserved_bytes.all.current - st.allocated_bytes.all.current) as u64;
             }
@@ -267,10 +266,6 @@ impl<'a> ModelRun<'a> {
         m.timeline = self.timeline.samples;
         (m, self.peak)
     }
-}
-
-fn largest_free_block(segments: &[vramkit_core::SegmentInfo]) -> u64 {
-    segments.iter().flat_map(|s| &s.blocks).filter(|b| !b.state.is_active()).map(|b| b.size).max().unwrap_or(0)
 }
 
 /// Model replays are questions asked of a prepared trace.

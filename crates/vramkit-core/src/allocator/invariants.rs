@@ -60,6 +60,11 @@ impl<D: Device> CachingAllocator<D> {
     /// one is returned. With a parked free, its pair is checked and the
     /// rest on a copy with its merge done.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        let shown = self.segments().iter().flat_map(|s| &s.blocks).filter(|b| !b.state.is_active()).map(|b| b.size).max().unwrap_or(0);
+        let largest = self.largest_free_block();
+        if largest != shown {
+            return violation("the largest free block is the largest inactive one shown", format!("{largest}, but segments show {shown}"));
+        }
         if let Some(p) = &self.parked {
             let (b, n) = (&self.blocks[p.block], &self.blocks[p.next]);
             let pool = &self.pools[p.pool.0 as usize].blocks;

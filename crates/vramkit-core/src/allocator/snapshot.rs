@@ -76,6 +76,14 @@ impl<D: Device> CachingAllocator<D> {
         segment
     }
 
+    /// The size of the largest inactive block [`segments`](Self::segments)
+    /// shows (0 with none), without building them: every inactive mapped
+    /// block is in a free set, or is a parked free, shown merged.
+    pub fn largest_free_block(&self) -> u64 {
+        let parked = self.parked.map_or(0, |p| self.blocks[p.block].size + self.blocks[p.next].size);
+        self.pools.iter().map(|pool| pool.blocks.largest()).fold(parked, u64::max)
+    }
+
     /// `torch.cuda.memory._snapshot()`: segments and the recorded history.
     /// Like PyTorch, taking a snapshot appends a `snapshot` entry (size =
     /// active bytes) to the history first.
