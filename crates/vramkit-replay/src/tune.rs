@@ -452,7 +452,7 @@ fn tune_with(
                 .par_iter()
                 .map(|&(i, c)| {
                     // The options `vramkit replay --conf` runs with (and the timeline kept to draw).
-                    let points = keeper(i).points(&cands[c].config);
+                    let points = keeper(i).points(&cands[c].config, false);
                     let run = crate::model::run(inputs[i].prepared, &cands[c].config, inputs[i].capacity_bytes, points, points > 0);
                     let result = keeper(i).keep(&cands[c].config, run);
                     (0..cands.len()).filter(|&d| source[i][d] == c).for_each(|_| progress());
@@ -585,7 +585,7 @@ fn best_rows(
     let step = |c: usize| -> Option<Key> {
         let mut slot = lock(&runs[c]);
         if slot.is_none() {
-            let points = keeper.points(&cands[c].config);
+            let points = keeper.points(&cands[c].config, first.contains(&c));
             match ModelRun::start(input.prepared, &cands[c].config, None, points, points > 0) {
                 Ok(run) => *slot = Some(run),
                 Err(e) => {
@@ -638,7 +638,10 @@ fn best_rows(
     (0..cands.len()).map(|c| done[source[c]].get().expect("replayed").clone()).collect()
 }
 
-/// Keeps the timeline of one input's recorded settings, replayed to the end.
+/// Keeps the timeline and state at the peak of one input's recorded
+/// settings, replayed to the end, and of the candidates that are replayed
+/// to the end whatever their figures (`best_rows`' first ones, which often
+/// include the best: `report` then need not replay it again).
 struct Keeper<'a> {
     /// The trace's entries.
     events: usize,
@@ -650,9 +653,10 @@ struct Keeper<'a> {
 }
 
 impl Keeper<'_> {
-    /// The timeline points a replay of `config` keeps.
-    fn points(&self, config: &AllocatorConfig) -> usize {
-        if config == self.recorded {
+    /// The timeline points a replay of `config` keeps (`to_the_end`: it
+    /// will not be stopped).
+    fn points(&self, config: &AllocatorConfig, to_the_end: bool) -> usize {
+        if config == self.recorded || to_the_end {
             self.timeline_points
         } else {
             0
