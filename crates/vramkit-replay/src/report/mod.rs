@@ -232,6 +232,28 @@ mod tests {
         assert!(html.contains("Settings tried"));
     }
 
+    /// A run the page takes from the tune (the recorded settings', and
+    /// those of the first candidate of each page size, which always run to
+    /// the end) is the run it would replay itself.
+    #[test]
+    fn runs_drawn_by_the_tune_are_the_runs_report_would_replay() {
+        let snap = record(&Workload::new(30_000));
+        let trace = &DeviceTrace::split(&snap)[0];
+        let prepared = PreparedTrace::new(trace, AllocatorConfig::pytorch_default(), None).unwrap();
+        let input = TuneInput { label: "synthetic".into(), prepared: &prepared, capacity_bytes: None };
+        let options = TuneOptions { max_candidates: None, exact: Exact::Rows(TABLE_ROWS), timeline_points: TIMELINE_POINTS };
+        let t = tune(std::slice::from_ref(&input), &options, &|| ()).unwrap();
+        let t = &t.results[0];
+        assert!(t.candidates.iter().any(|o| o.stopped_at.is_some()), "the stopping tune, as `vramkit report` runs it");
+        assert!(t.drawn.iter().any(|d| d.config.expandable_segments), "{:?}", t.drawn.iter().map(|d| d.config.to_conf_string()).collect::<Vec<_>>());
+        assert!(t.drawn.iter().any(|d| d.config == *prepared.recorded()));
+        for d in &t.drawn {
+            let (metrics, peak) = prepared.model_replay_at_peak(&d.config, None, TIMELINE_POINTS).unwrap();
+            assert_eq!(d.metrics, metrics, "{}", d.config.to_conf_string());
+            assert_eq!(d.peak, peak, "{}", d.config.to_conf_string());
+        }
+    }
+
     /// The page lists the rows `vramkit tune` lists, however many more
     /// replays ran to the end (with two threads, that varies run to run).
     #[test]
