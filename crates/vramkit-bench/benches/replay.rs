@@ -1,5 +1,8 @@
-//! Replay throughput: parse + model + oracle on the largest shared trace, and
-//! model replay of a synthetic 5-million-event trace.
+//! Replay throughput: parse + model + oracle on the largest shared trace,
+//! model replay of a synthetic 5-million-event trace of random frees (each
+//! replay rebuilding its start), and model replay of the 5-million-entry
+//! training trace `synthetic_trace` writes, prepared once, as `tune`
+//! replays its candidates.
 //!
 //! `cargo bench -p vramkit-bench --bench replay`
 
@@ -48,5 +51,21 @@ fn synthetic(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, real_trace, synthetic);
+/// The 5,000,000-entry training workload `synthetic_trace` writes (the
+/// trace issue 14's figures are on), replayed as `tune` replays each
+/// candidate: prepared once, its reading judged once.
+fn training(c: &mut Criterion) {
+    let snapshot = vramkit_replay::synthetic::record(&vramkit_replay::synthetic::Workload::new(5_000_000));
+    let trace = DeviceTrace::split(&snapshot).remove(0);
+    let config = AllocatorConfig::pytorch_default();
+    let prepared = vramkit_replay::PreparedTrace::new(&trace, config.clone(), None).unwrap();
+    prepared.reading().unwrap();
+    let mut g = c.benchmark_group("training_5M");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(trace.events.len() as u64));
+    g.bench_function("prepared_model_replay", |b| b.iter(|| prepared.model_replay(&config, None, 0).unwrap()));
+    g.finish();
+}
+
+criterion_group!(benches, real_trace, synthetic, training);
 criterion_main!(benches);
