@@ -108,7 +108,7 @@ impl Slot {
 }
 
 /// An ordered map from keys to blocks: a sorted `Vec` while small (the
-/// common case: a handful of free blocks per stream, where shifting a few
+/// common case: up to a few hundred free blocks per stream, where moving
 /// entries beats a tree), a `BTreeMap` once it grows. Same order either way.
 #[derive(Clone, Debug)]
 enum Ordered {

@@ -97,10 +97,12 @@ pub struct TuneOptions {
     /// once enough finished candidates rank before them (see [`Exact`]).
     pub exact: Exact,
     /// Keep about this many timeline points, and the state at the peak,
-    /// of the recorded settings' replay ([`TuneResult::drawn`]), so that
-    /// `report` draws it without replaying it again. 0: none. (Only that
-    /// one: keeping the state at each new peak of every candidate costs
-    /// more than the one replay of the recommended settings it would save.)
+    /// of the replays that run to the end whatever their figures (the
+    /// recorded settings', and in a stopping tune the first candidate's of
+    /// each page size) ([`TuneResult::drawn`]), so that `report` draws them
+    /// without replaying them again. 0: none. (Only those: keeping the
+    /// state at each new peak of every candidate costs more than the one
+    /// replay of the recommended settings it would save.)
     pub timeline_points: usize,
 }
 
@@ -230,8 +232,8 @@ pub struct TuneResult {
     pub saving_percent: f64,
     /// Every candidate, best first.
     pub candidates: Vec<Outcome>,
-    /// The recorded settings' replay, with its timeline and its state at
-    /// the peak, when [`TuneOptions::timeline_points`] asks for them.
+    /// The replays kept to draw (see [`TuneOptions::timeline_points`]),
+    /// each with its timeline and its state at the peak.
     #[serde(skip)]
     pub drawn: Vec<Drawn>,
 }
