@@ -204,7 +204,7 @@ impl<D: Device> SharedAllocator<D> {
 
     /// The statistics.
     pub fn stats(&self) -> DeviceStats {
-        *self.lock_for_read().allocator.stats()
+        self.lock_for_read().allocator.stats()
     }
 
     /// `torch.cuda.memory_stats()`: every key, sorted.

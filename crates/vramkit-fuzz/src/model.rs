@@ -257,9 +257,9 @@ impl Shadow {
             Action::BadFree { index } => {
                 let ptr = if self.freed.is_empty() { 0xdead_0000 } else { self.freed[index % self.freed.len()] };
                 if !self.live.contains_key(&ptr) {
-                    let before = self.alloc.stats().to_owned();
+                    let before = self.alloc.stats();
                     assert!(matches!(self.alloc.free(DeviceAddr(ptr)), Err(Error::UnknownPointer { .. })));
-                    assert_eq!(&before, self.alloc.stats());
+                    assert_eq!(before, self.alloc.stats());
                 }
             }
             Action::RecordStream { index, stream } => {

@@ -117,7 +117,7 @@ pub(crate) struct ModelRun<'a> {
     timeline: Timeline,
     timeline_points: usize,
     keep_peak: bool,
-    peak_reserved: i64,
+    peak_reserved: u64,
     largest_at_peak: u64,
     peak: Option<PeakState>,
     /// Entries applied.
@@ -185,12 +185,8 @@ impl<'a> ModelRun<'a> {
 
     /// The figures so far.
     pub(crate) fn so_far(&self) -> SoFar {
-        let st = self.model.stats();
-        SoFar {
-            oom_count: self.m.oom_count,
-            peak_reserved_bytes: st.reserved_bytes.all.peak as u64,
-            device_calls: (st.num_device_alloc + st.num_device_free) as u64,
-        }
+        let (peak_reserved_bytes, device_calls) = self.model.peak_reserved_and_device_calls();
+        SoFar { oom_count: self.m.oom_count, peak_reserved_bytes, device_calls }
     }
 
     /// Applies the entries before `until` (cut at the trace's end).
@@ -224,22 +220,22 @@ impl<'a> ModelRun<'a> {
                     }
                 }
             }
-            let st = self.model.stats();
-            if st.reserved_bytes.all.current > self.peak_reserved {
-                self.peak_reserved = st.reserved_bytes.all.current;
+            let now = self.model.current_bytes();
+            if now.reserved > self.peak_reserved {
+                self.peak_reserved = now.reserved;
                 if self.keep_peak || self.timeline_points > 0 {
                     self.largest_at_peak = self.model.largest_free_block();
                 }
                 if self.keep_peak {
                     self.peak = Some(PeakState { event: i as u64 + 1, segments: self.model.segments() });
                 }
-                m.waste_bytes_at_peak = (st.reserved_bytes.all.current - st.allocated_bytes.all.current) as u64;
+                m.waste_bytes_at_peak = now.reserved - now.allocated;
             }
             self.timeline.push(Sample {
                 event: i as u64 + 1,
-                allocated_bytes: st.allocated_bytes.all.current as u64,
-                reserved_bytes: st.reserved_bytes.all.current as u64,
-                requested_bytes: st.requested_bytes.all.current as u64,
+                allocated_bytes: now.allocated,
+                reserved_bytes: now.reserved,
+                requested_bytes: now.requested,
             });
         }
         self.applied = self.applied.max(until);

@@ -241,7 +241,7 @@ impl<D: Device> CachingAllocator<D> {
         if pending != counted as usize {
             return violation("event counts match pending events", format!("{pending} pending, {counted} counted"));
         }
-        let s = &self.stats;
+        let s = &self.stats();
         check_array("segment", &s.segment, sums.segment)?;
         check_array("reserved_bytes", &s.reserved_bytes, sums.reserved)?;
         check_array("allocation", &s.allocation, sums.allocation)?;

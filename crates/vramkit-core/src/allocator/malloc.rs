@@ -10,7 +10,7 @@ use crate::history::ContextLevel;
 use crate::oom::OutOfMemoryError;
 use crate::rounding::{get_allocation_size, round_size, PoolKind, LARGE_SPLIT_REMAINDER, MIN_BLOCK_SIZE, ONE_EXABYTE};
 use crate::snapshot::{Frames, TraceAction};
-use crate::stats::Peak;
+use crate::live_stats::Peak;
 
 /// One request on its way through `malloc` (PyTorch's `AllocParams`).
 #[derive(Clone, Debug)]

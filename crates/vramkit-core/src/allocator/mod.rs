@@ -32,6 +32,7 @@ use crate::history::{History, HistoryConfig};
 use crate::pool::BlockPool;
 use crate::rounding::PoolKind;
 use crate::snapshot::{Frames, MempoolId};
+use crate::live_stats::{CurrentBytes, LiveStats};
 use crate::stats::DeviceStats;
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::Hasher;
@@ -85,7 +86,7 @@ pub struct CachingAllocator<D: Device> {
     /// harness, measured) that is the later one first, and their handles
     /// grow. Only the peaks of `inactive_split` can tell the orders apart.
     pub(crate) cuda_events: BTreeMap<StreamId, VecDeque<PendingEvent>>,
-    pub(crate) stats: DeviceStats,
+    pub(crate) stats: LiveStats,
     /// Bytes of all segments and mapped pages of this device, all pools.
     pub(crate) total_allocated_memory: u64,
     /// A fraction limit is in effect (PyTorch's `set_fraction`).
@@ -155,10 +156,7 @@ impl<D: Device> CachingAllocator<D> {
         let mut allocator = CachingAllocator {
             device,
             device_index: 0,
-            stats: DeviceStats {
-                max_split_size: config.max_split_size_bytes.map_or(-1, |b| b as i64),
-                ..DeviceStats::default()
-            },
+            stats: LiveStats::new(config.max_split_size_bytes.map_or(-1, |b| b as i64)),
             pools: vec![BlockPool::new(PoolKind::Large, (0, 0)), BlockPool::new(PoolKind::Small, (0, 0))],
             config,
             blocks: BlockArena::default(),
@@ -231,19 +229,36 @@ impl<D: Device> CachingAllocator<D> {
         &self.config
     }
 
-    /// The statistics (`torch.cuda.memory_stats()` as a struct).
-    pub fn stats(&self) -> &DeviceStats {
-        &self.stats
+    /// The statistics (`torch.cuda.memory_stats()` as a struct), worked
+    /// out from the counts the allocator keeps: call it once and read the
+    /// figures from the value, not once per figure.
+    pub fn stats(&self) -> DeviceStats {
+        self.stats.view()
+    }
+
+    /// `allocated_bytes`, `reserved_bytes` and `requested_bytes` now (the
+    /// aggregates' `current`): what a replay samples after every entry,
+    /// without the rest of [`stats`](Self::stats).
+    #[inline]
+    pub fn current_bytes(&self) -> CurrentBytes {
+        self.stats.current_bytes()
+    }
+
+    /// `reserved_bytes.all.peak`, and `num_device_alloc + num_device_free`:
+    /// what a replay checks as it goes, without the rest of [`stats`](Self::stats).
+    #[inline]
+    pub fn peak_reserved_and_device_calls(&self) -> (u64, u64) {
+        (self.stats.peak_reserved_bytes() as u64, self.stats.device_calls() as u64)
     }
 
     /// `torch.cuda.memory_stats()`: every key, sorted.
     pub fn memory_stats(&self) -> BTreeMap<String, i64> {
-        self.stats.to_map()
+        self.stats().to_map()
     }
 
     /// `torch.cuda.memory_summary()`: PyTorch's table (2.x layout).
     pub fn memory_summary(&self, abbreviated: bool) -> String {
-        crate::summary::memory_summary(&self.stats, self.device_index, abbreviated, crate::summary::SummaryLayout::default())
+        crate::summary::memory_summary(&self.stats(), self.device_index, abbreviated, crate::summary::SummaryLayout::default())
     }
 
     /// Bytes of all segments and mapped pages (PyTorch's `total_allocated_memory`).
@@ -353,7 +368,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peak_stats(&mut self) {
         // A parked free taken back counts on the peaks staying where they
-        // were at the free (`stats::Peak::Unchanged`).
+        // were at the free (`live_stats::Peak::Unchanged`).
         self.settle_parked();
         self.stats.reset_peak();
     }

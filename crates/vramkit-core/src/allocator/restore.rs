@@ -14,7 +14,7 @@ use crate::device::{Device, DeviceAddr, StreamId};
 use crate::error::Error;
 use crate::rounding::PoolKind;
 use crate::snapshot::{BlockState, SegmentInfo, TraceAction};
-use crate::stats::Peak;
+use crate::live_stats::Peak;
 
 /// Why a set of segments cannot be restored.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,14 +62,7 @@ impl<D: Device> CachingAllocator<D> {
         for s in ordered {
             a.restore_segment(s)?;
         }
-        a.stats.reset_accumulated();
-        for name in crate::stats::STAT_ARRAY_NAMES {
-            let array = a.stats.array_mut(name).expect("listed");
-            for stat in [&mut array.all, &mut array.small_pool, &mut array.large_pool] {
-                stat.allocated = stat.current;
-                stat.peak = stat.current;
-            }
-        }
+        a.stats.start_from_current();
         Ok(a)
     }
 
