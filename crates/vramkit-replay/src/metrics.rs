@@ -77,6 +77,11 @@ impl LowerBound {
         } else {
             self.large += r;
         }
+        // Each part rounds up by less than its unit, so below this the
+        // peak cannot move and the divisions are skipped.
+        if self.small.saturating_add(self.large).saturating_add(SMALL_BUFFER + self.large_page) <= self.peak {
+            return;
+        }
         let now = self.small.div_ceil(SMALL_BUFFER) * SMALL_BUFFER + self.large.div_ceil(self.large_page) * self.large_page;
         self.peak = self.peak.max(now);
     }
@@ -240,6 +245,34 @@ mod tests {
             samples.iter().for_each(|&s| t.push(s));
             t.flush();
             prop_assert_eq!(t.samples, stored(&samples, t.every as usize));
+        }
+    }
+
+    proptest! {
+        /// The lower bound's peak skips the rounding where it cannot move
+        /// the peak: the same peak as rounding after every change.
+        #[test]
+        fn the_lower_bound_peak_is_the_rounded_peak(
+            page in prop_oneof![Just(0u64), Just(2 << 20), Just(20 << 20)],
+            changes in proptest::collection::vec((any::<bool>(), 1u64..(64 << 20)), 1..300),
+        ) {
+            let mut bound = LowerBound::new(page);
+            let (mut live, mut peak): (Vec<u64>, u64) = (Vec::new(), 0);
+            let unit = |bytes: u64, of: u64| bytes.div_ceil(of) * of;
+            for (add, size) in changes {
+                if add || live.is_empty() {
+                    bound.add(size);
+                    live.push(size);
+                } else {
+                    let gone = live.swap_remove(size as usize % live.len());
+                    bound.remove(gone);
+                }
+                let rounded: Vec<u64> = live.iter().map(|&b| unit(b, 512)).collect();
+                let small: u64 = rounded.iter().filter(|&&r| r <= SMALL_SIZE).sum();
+                let large: u64 = rounded.iter().filter(|&&r| r > SMALL_SIZE).sum();
+                peak = peak.max(unit(small, SMALL_BUFFER) + unit(large, page.max(ROUND_LARGE)));
+                prop_assert_eq!(bound.peak, peak);
+            }
         }
     }
 }
