@@ -229,7 +229,7 @@ impl<'a> ModelRun<'a> {
                 if self.keep_peak {
                     self.peak = Some(PeakState { event: i as u64 + 1, segments: self.model.segments() });
                 }
-                m.waste_bytes_at_peak = now.reserved - now.allocated;
+                m.waste_bytes_at_peak = now.reserved.saturating_sub(now.allocated);
             }
             self.timeline.push(Sample {
                 event: i as u64 + 1,
