@@ -10,6 +10,7 @@
 
 mod entry;
 mod rows;
+mod shape;
 
 use super::input::Input;
 use super::op;
@@ -62,24 +63,19 @@ pub(crate) fn parse(data: &[u8]) -> Result<Parsed, TraceError> {
 /// Parses a pickle read from `input`; an error reading it is
 /// [`TraceError::Io`] with an empty path, for the caller to name.
 pub(crate) fn parse_input(input: Input<'_>) -> Result<Parsed, TraceError> {
-    let len = input.len();
-    Unpickler {
-        input,
-        tree: Tree::with_capacity_for(len),
-        stack: Vec::new(),
-        marks: Vec::new(),
-        memo: Vec::with_capacity(len / 64),
-        memo_sparse: FxHashMap::default(),
-        memo_len: 0,
-        protocol: None,
-        key_words: Vec::new(),
-        fresh_items: Vec::new(),
-        fresh: Vec::new(),
-        puts: Vec::new(),
-        rows: rows::Rows::for_input(len),
-        last_stack: Item::UNSET,
-    }
-    .run()
+    Unpickler::new(input).run()
+}
+
+/// [`parse`], every trace entry read without shapes (`shape.rs`), and the
+/// entries read with them.
+#[cfg(test)]
+pub(crate) fn parse_shapes(data: &[u8], shapes: bool) -> (Result<Parsed, TraceError>, usize) {
+    let mut unpickler = Unpickler::new(Input::bytes(data));
+    unpickler.shapes.on = shapes;
+    let hits = std::rc::Rc::clone(&unpickler.shapes.hits);
+    let parsed = unpickler.run();
+    let hits = hits.get();
+    (parsed, hits)
 }
 
 pub(super) struct Unpickler<'a> {
@@ -108,9 +104,33 @@ pub(super) struct Unpickler<'a> {
     rows: rows::Rows,
     /// The list the last usual trace entry had for its stack (`entry.rs`).
     last_stack: Item,
+    /// The layouts of the last usual trace entries (`shape.rs`).
+    shapes: shape::Shapes,
 }
 
 impl<'a> Unpickler<'a> {
+    /// An unpickler at the start of `input`.
+    fn new(input: Input<'a>) -> Unpickler<'a> {
+        let len = input.len();
+        Unpickler {
+            input,
+            tree: Tree::with_capacity_for(len),
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: Vec::with_capacity(len / 64),
+            memo_sparse: FxHashMap::default(),
+            memo_len: 0,
+            protocol: None,
+            key_words: Vec::new(),
+            fresh_items: Vec::new(),
+            fresh: Vec::new(),
+            puts: Vec::new(),
+            rows: rows::Rows::for_input(len),
+            last_stack: Item::UNSET,
+            shapes: shape::Shapes::default(),
+        }
+    }
+
     fn run(mut self) -> Result<Parsed, TraceError> {
         loop {
             self.input.ensure(AHEAD);
@@ -537,7 +557,10 @@ impl<'a> Unpickler<'a> {
     /// Stores `item` in memo slot `index`.
     pub(super) fn put_item(&mut self, index: usize, item: Item) {
         if let Some(word) = self.key_words.get_mut(index) {
-            *word = None;
+            if word.take().is_some() {
+                // The shapes' keys are read from the memo slots they had.
+                self.shapes.forget();
+            }
         }
         let fresh = if index == self.memo.len() && index < self.input.len() {
             self.memo.push(item);

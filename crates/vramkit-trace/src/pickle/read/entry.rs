@@ -478,7 +478,7 @@ impl Unpickler<'_> {
         if self.tree.nodes.len() + MAX_FRESH >= u32::MAX as usize {
             return false;
         }
-        if self.usual_entry(start) {
+        if self.shaped_entry(start) || self.usual_entry(start) {
             return true;
         }
         self.fresh_items.clear();
@@ -552,8 +552,7 @@ impl Unpickler<'_> {
             }
             _ => return false,
         };
-        let taken = |slot: usize| slot >= self.input.len() || self.memo.get(slot).is_some_and(|&item| item != Item::UNSET);
-        if (slot != usize::MAX && taken(slot)) || !key(&mut p, Word::Action) {
+        if (slot != usize::MAX && self.slot_taken(slot)) || !key(&mut p, Word::Action) {
             return false;
         }
         let action = match d.get(p..p + 2) {
@@ -573,32 +572,56 @@ impl Unpickler<'_> {
         } else {
             None
         };
-        let mut frames = 0;
+        let mut frames_index = None;
         if key(&mut p, Word::Frames) {
             let Some(&[op::BINGET, index]) = d.get(p..p + 2) else { return false };
-            let index = usize::from(index);
-            let held = self.memo.get(index).copied().filter(|&item| index != slot && item != Item::UNSET);
-            let Some(list) = held else { return false };
-            // The last entry's stack is usually this one's: a list then.
-            if list != self.last_stack && !self.tree.is_seq(list) {
-                return false;
-            }
-            let Some(id) = list.node_id() else { return false };
-            self.last_stack = list;
-            // Ids are stored plus 1 in 32 bits (`one_entry` checked they fit).
-            frames = id as u32 + 1;
+            frames_index = Some(usize::from(index));
             p += 2;
         }
         if d.get(p) != Some(&op::SETITEMS) {
             return false;
         }
+        let Some(frames) = self.stack_id(frames_index, slot) else { return false };
+        self.commit_usual(put, Entry { action, addr, size, stream }, time_us, frames, p + 1);
+        if self.shapes.on {
+            self.learn_shape(start, p + 1, put);
+        }
+        true
+    }
+
+    /// Whether memo slot `slot` holds something already (or is past the
+    /// dense memo): a usual entry's dict is put only in a free one.
+    #[inline(always)]
+    pub(super) fn slot_taken(&self, slot: usize) -> bool {
+        slot >= self.input.len() || self.memo.get(slot).is_some_and(|&item| item != Item::UNSET)
+    }
+
+    /// The stack a usual entry names by memo index `index`, as the id its
+    /// row stores (0: none): a list already seen, not the entry's own memo `slot`.
+    #[inline(always)]
+    pub(super) fn stack_id(&mut self, index: Option<usize>, slot: usize) -> Option<u32> {
+        let Some(index) = index else { return Some(0) };
+        let list = self.memo.get(index).copied().filter(|&item| index != slot && item != Item::UNSET)?;
+        // The last entry's stack is usually this one's: a list then.
+        if list != self.last_stack && !self.tree.is_seq(list) {
+            return None;
+        }
+        let id = list.node_id()?;
+        self.last_stack = list;
+        // Ids are stored plus 1 in 32 bits (`one_entry` checked they fit).
+        Some(id as u32 + 1)
+    }
+
+    /// Takes a usual entry that ends before `end`: its memo put, its row,
+    /// its item on the stack.
+    #[inline(always)]
+    pub(super) fn commit_usual(&mut self, put: Put, entry: Entry, time_us: Option<u64>, frames: u32, end: usize) {
         let item = Item::entry(self.rows.len());
         self.commit_put(put, item);
         let remaining = self.input.remaining();
-        self.rows.push(&mut self.tree.entry_rows, Entry { action, addr, size, stream }, time_us, [frames, 0, 0], remaining);
+        self.rows.push(&mut self.tree.entry_rows, entry, time_us, [frames, 0, 0], remaining);
         self.stack.push(item);
-        self.input.pos = p + 1;
-        true
+        self.input.pos = end;
     }
 
     fn commit_put(&mut self, put: Put, item: Item) {
