@@ -97,7 +97,8 @@ pub(super) struct Unpickler<'a> {
     pub(super) key_words: Vec<Option<crate::words::Word>>,
     /// Scratch space for a trace entry's new objects, their items and memo
     /// puts (`entry.rs`).
-    pub(super) fresh_items: Vec<Item>,
+    fresh_items: Vec<entry::Part>,
+    fresh_pairs: Vec<(entry::Part, entry::Part)>,
     fresh: Vec<entry::Fresh>,
     pub(super) puts: Vec<usize>,
     /// How trace entries reach `tree.entry_rows` (`rows.rs`).
@@ -123,6 +124,7 @@ impl<'a> Unpickler<'a> {
             protocol: None,
             key_words: Vec::new(),
             fresh_items: Vec::new(),
+            fresh_pairs: Vec::new(),
             fresh: Vec::new(),
             puts: Vec::new(),
             rows: rows::Rows::for_input(len),

@@ -7,10 +7,12 @@
 //! the item standing for the dict names its row ([`Item::entry`]).
 //!
 //! The usual form: `EMPTY_DICT`, its memo put, `MARK`, key/value pairs,
-//! `SETITEMS`, with `FRAME`s anywhere between. Each key is a memo reference
-//! to a str naming an entry key; each value an int opcode, a memo
-//! reference, or a str or a list of memo references (a stack) first seen
-//! here, with its memo put. And the entry must decode without error: a
+//! `SETITEMS`, with `FRAME`s anywhere between. Each key is a str naming an
+//! entry key, a memo reference or first seen here; each value an int opcode, a memo
+//! reference, or a str or a list (a stack) first seen here, with its memo
+//! put. A new stack's items are memo references (references to objects
+//! this entry made among them) or frames first seen here: dicts whose keys
+//! and values are strs, ints, `None`s, bools and memo references. And the entry must decode without error: a
 //! modeled action, the address key that action reads (`device_free` for
 //! `oom`) and not the other, a size and a stream, ints in range, strs where
 //! strs go. Anything else is read by the generic path as before, errors
@@ -24,8 +26,10 @@ use crate::tree::{Item, Node, Tree};
 use crate::words::Word;
 use vramkit_core::snapshot::TraceAction;
 
-/// Objects an entry may make (strs and lists seen for the first time).
-const MAX_FRESH: usize = 8;
+/// Objects an entry may make (strs, lists and frame dicts seen for the
+/// first time): a new stack of twenty frames from new places, each with a
+/// new file name and function name, makes 61.
+const MAX_FRESH: usize = 64;
 /// Memo indices whose schema word is cached (keys are memoized early).
 const MAX_CACHED_INDEX: usize = 1 << 20;
 
@@ -39,12 +43,31 @@ pub(super) enum Put {
     At(usize),
 }
 
-/// An object the entry makes, in pickle order: a str (a range of the
-/// window) or a list (a range of `fresh_items`).
+/// An object the entry makes, in the order it is complete: a str (a range
+/// of the window), a list (a range of `fresh_items`) or a frame's dict (a
+/// range of `fresh_pairs`). Its memo put is at the index it has in pickle
+/// order (`Put::At`), so that the objects inside a list can be made first.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Fresh {
     Str { text: (usize, usize), put: Put },
     List { items: (usize, usize), put: Put },
+    Dict { pairs: (usize, usize), put: Put },
+}
+
+impl Fresh {
+    fn put(self) -> Put {
+        match self {
+            Fresh::Str { put, .. } | Fresh::List { put, .. } | Fresh::Dict { put, .. } => put,
+        }
+    }
+}
+
+/// An item of a list or dict the entry makes: one that exists, or the
+/// `n`-th object the entry makes.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Part {
+    Item(Item),
+    Made(usize),
 }
 
 /// A value that is a node: one the memo holds, or one the entry makes.
@@ -146,11 +169,14 @@ struct Scan<'u> {
     /// Per memo index, the schema word code of the str it holds (0: not
     /// known yet); the unpickler clears a slot it puts again.
     key_words: &'u mut Vec<Option<Word>>,
-    fresh_items: &'u mut Vec<Item>,
+    fresh_items: &'u mut Vec<Part>,
+    fresh_pairs: &'u mut Vec<(Part, Part)>,
     fresh: &'u mut Vec<Fresh>,
-    /// Memo slots this dict puts: the next `MEMOIZE` index, and each index put.
+    /// Memo slots this dict puts: the next `MEMOIZE` index, and each index
+    /// put, the lowest apart (references are almost all to slots below it).
     next_memo: usize,
     puts: &'u mut Vec<usize>,
+    lowest_put: usize,
 }
 
 impl Scan<'_> {
@@ -208,13 +234,20 @@ impl Scan<'_> {
             _ => return Some(Put::None),
         };
         let slot = index.unwrap_or(self.next_memo);
-        let taken = slot >= self.dense_memo || self.memo.get(slot).is_some_and(|&item| item != Item::UNSET) || self.puts.contains(&slot);
+        let taken = slot >= self.dense_memo || self.memo.get(slot).is_some_and(|&item| item != Item::UNSET) || self.put_here(slot);
         if taken || self.puts.len() > MAX_FRESH {
             return None;
         }
         self.puts.push(slot);
+        self.lowest_put = self.lowest_put.min(slot);
         self.next_memo += 1;
-        Some(index.map_or(Put::Memoize, Put::At))
+        Some(Put::At(slot))
+    }
+
+    /// Whether this dict puts memo slot `index`.
+    #[inline(always)]
+    fn put_here(&self, index: usize) -> bool {
+        index >= self.lowest_put && self.puts.contains(&index)
     }
 
     /// The memo index a `BINGET`/`LONG_BINGET` refers to.
@@ -243,7 +276,7 @@ impl Scan<'_> {
 
     #[inline(always)]
     fn memo_item(&self, index: usize) -> Option<Item> {
-        if !self.puts.is_empty() && self.puts.contains(&index) {
+        if self.put_here(index) {
             return None;
         }
         self.memo.get(index).copied().filter(|&item| item != Item::UNSET)
@@ -329,7 +362,8 @@ impl Scan<'_> {
         }
     }
 
-    /// A list made here (`EMPTY_LIST` next), of memo references, with its put.
+    /// A list made here (`EMPTY_LIST` next), of memo references and new
+    /// frames' dicts, with its put.
     fn new_list(&mut self) -> Option<Ref> {
         self.p += 1;
         let put = self.put()?;
@@ -340,21 +374,33 @@ impl Scan<'_> {
                     self.p += 1;
                     loop {
                         self.frames()?;
-                        if self.byte()? == op::APPENDS {
-                            self.p += 1;
-                            break;
-                        }
-                        let item = self.memo_ref()?;
+                        let item = match self.byte()? {
+                            op::APPENDS => {
+                                self.p += 1;
+                                break;
+                            }
+                            op::EMPTY_DICT => self.new_dict()?,
+                            _ => self.part_ref()?,
+                        };
                         self.fresh_items.push(item);
                     }
                 }
                 op::BINGET | op::LONG_BINGET => {
                     let at = self.p;
-                    let item = self.memo_ref()?;
+                    let item = self.part_ref()?;
                     if self.byte() != Some(op::APPEND) {
                         // Not an item of this list: the next key.
                         self.p = at;
                         break;
+                    }
+                    self.p += 1;
+                    self.fresh_items.push(item);
+                }
+                op::EMPTY_DICT => {
+                    // A new frame, appended alone (a dict is never a key).
+                    let item = self.new_dict()?;
+                    if self.byte()? != op::APPEND {
+                        return None;
                     }
                     self.p += 1;
                     self.fresh_items.push(item);
@@ -364,6 +410,73 @@ impl Scan<'_> {
         }
         let items = (first, self.fresh_items.len());
         Some(Ref::Fresh(self.make(Fresh::List { items, put })?))
+    }
+
+    /// A memo reference in something this entry makes: to an object stored
+    /// before it, or to one it made (not to one still being made).
+    #[inline(always)]
+    fn part_ref(&mut self) -> Option<Part> {
+        let index = self.get_index()?;
+        if self.put_here(index) {
+            return self.made_at(index);
+        }
+        self.memo.get(index).copied().filter(|&item| item != Item::UNSET).map(Part::Item)
+    }
+
+    /// The object this entry made and put in memo slot `index`.
+    #[cold]
+    fn made_at(&self, index: usize) -> Option<Part> {
+        let made = self.fresh.iter().position(|f| matches!(f.put(), Put::At(slot) if slot == index))?;
+        Some(Part::Made(made))
+    }
+
+    /// A frame's dict made here (`EMPTY_DICT` next): its put, then, unless
+    /// it is empty, `MARK`, pairs of strs, ints, `None`s, bools and memo
+    /// references, `SETITEMS`.
+    fn new_dict(&mut self) -> Option<Part> {
+        self.p += 1;
+        let put = self.put()?;
+        let first = self.fresh_pairs.len();
+        self.frames()?;
+        if self.byte()? == op::MARK {
+            self.p += 1;
+            loop {
+                self.frames()?;
+                if self.byte()? == op::SETITEMS {
+                    self.p += 1;
+                    break;
+                }
+                let key = self.scalar()?;
+                self.frames()?;
+                let value = self.scalar()?;
+                self.fresh_pairs.push((key, value));
+            }
+        }
+        let pairs = (first, self.fresh_pairs.len());
+        Some(Part::Made(self.make(Fresh::Dict { pairs, put })?))
+    }
+
+    /// A key or value of a frame's dict: a str (perhaps new), an int of
+    /// up to 61 bits, `None`, a bool, or a memo reference.
+    fn scalar(&mut self) -> Option<Part> {
+        let (item, next) = match self.byte()? {
+            op::BINGET | op::LONG_BINGET => return self.part_ref(),
+            op::SHORT_BINUNICODE | op::BINUNICODE => match self.str()?.0 {
+                Ref::Fresh(made) => return Some(Part::Made(made)),
+                _ => return None,
+            },
+            op::NONE => (Item::NONE, self.p + 1),
+            op::NEWTRUE => (Item::bool(true), self.p + 1),
+            op::NEWFALSE => (Item::bool(false), self.p + 1),
+            _ => {
+                let (bits, negative, next) = int_at(self.data, self.p)?;
+                // Negative: two's complement; else at most i64::MAX.
+                let n = if negative { bits as i64 } else { i64::try_from(bits).ok()? };
+                (Item::small_int(n)?, next)
+            }
+        };
+        self.p = next;
+        Some(Part::Item(item))
     }
 
     /// The whole dict, from `EMPTY_DICT` through `SETITEMS`.
@@ -401,6 +514,13 @@ impl Scan<'_> {
                 op::SETITEMS => {
                     p += 1;
                     break;
+                }
+                op::SHORT_BINUNICODE | op::BINUNICODE => {
+                    // A key first seen here (the trace's first entry's keys).
+                    self.p = p;
+                    let (_, word) = self.str()?;
+                    p = self.p;
+                    word?
                 }
                 code => {
                     self.p = p;
@@ -482,6 +602,7 @@ impl Unpickler<'_> {
             return true;
         }
         self.fresh_items.clear();
+        self.fresh_pairs.clear();
         self.fresh.clear();
         self.puts.clear();
         let data = self.input.data();
@@ -494,34 +615,41 @@ impl Unpickler<'_> {
             tree: &self.tree,
             key_words: &mut self.key_words,
             fresh_items: &mut self.fresh_items,
+            fresh_pairs: &mut self.fresh_pairs,
             fresh: &mut self.fresh,
             next_memo: self.memo_len,
             puts: &mut self.puts,
+            lowest_put: usize::MAX,
         };
         let Some(found) = scan.dict() else { return false };
-        let item = Item::entry(self.rows.len());
-        self.commit_put(found.put, item);
-        let mut nodes = [0usize; MAX_FRESH];
-        for (k, node) in nodes.iter_mut().enumerate().take(self.fresh.len()) {
-            let (made, put) = match self.fresh[k] {
-                Fresh::Str { text: (a, b), put } => {
-                    let text = std::str::from_utf8(&self.input.data()[a..b]).unwrap_or_default();
-                    (self.tree.push_str(text), put)
-                }
-                Fresh::List { items: (a, b), put } => (self.tree.push_seq(false, self.fresh_items[a..b].iter().copied()), put),
+        // The objects the entry makes, each after those it holds.
+        let mut made = [Item::NONE; MAX_FRESH];
+        for (k, &fresh) in self.fresh.iter().enumerate() {
+            let item = |part: &Part| match *part {
+                Part::Item(item) => item,
+                Part::Made(j) => made[j],
             };
-            *node = made.node_id().unwrap_or_default();
-            self.commit_put(put, made);
+            made[k] = match fresh {
+                Fresh::Str { text: (a, b), .. } => {
+                    let text = std::str::from_utf8(&self.input.data()[a..b]).unwrap_or_default();
+                    self.tree.push_str(text)
+                }
+                Fresh::List { items: (a, b), .. } => self.tree.push_seq(false, self.fresh_items[a..b].iter().map(item)),
+                Fresh::Dict { pairs: (a, b), .. } => {
+                    self.tree.push_dict(self.fresh_pairs[a..b].iter().map(|(key, value)| (item(key), item(value))))
+                }
+            };
         }
         let ids = found.refs.map(|r| match r {
             Ref::None => 0,
             Ref::Node(id) => id as u32 + 1,
-            Ref::Fresh(k) => nodes[k] as u32 + 1,
+            Ref::Fresh(k) => made[k].node_id().unwrap_or_default() as u32 + 1,
         });
-        let remaining = self.input.remaining();
-        self.rows.push(&mut self.tree.entry_rows, found.entry, found.time_us, ids, remaining);
-        self.stack.push(item);
-        self.input.pos = found.end;
+        // Memo puts after the entry's row is known (its dict's first).
+        self.commit_row(found.put, found.entry, found.time_us, ids, found.end);
+        for (k, fresh) in made.into_iter().enumerate().take(self.fresh.len()) {
+            self.commit_put(self.fresh[k].put(), fresh);
+        }
         true
     }
 
@@ -582,7 +710,7 @@ impl Unpickler<'_> {
             return false;
         }
         let Some(frames) = self.stack_id(frames_index, slot) else { return false };
-        self.commit_usual(put, Entry { action, addr, size, stream }, time_us, frames, p + 1);
+        self.commit_row(put, Entry { action, addr, size, stream }, time_us, [frames, 0, 0], p + 1);
         if self.shapes.on {
             self.learn_shape(start, p + 1, put);
         }
@@ -612,14 +740,15 @@ impl Unpickler<'_> {
         Some(id as u32 + 1)
     }
 
-    /// Takes a usual entry that ends before `end`: its memo put, its row,
-    /// its item on the stack.
+    /// Takes an entry that ends before `end` (its stack, compile context and
+    /// user metadata `ids`, as rows store them): its dict's memo put, its
+    /// row, its item on the stack.
     #[inline(always)]
-    pub(super) fn commit_usual(&mut self, put: Put, entry: Entry, time_us: Option<u64>, frames: u32, end: usize) {
+    pub(super) fn commit_row(&mut self, put: Put, entry: Entry, time_us: Option<u64>, ids: [u32; 3], end: usize) {
         let item = Item::entry(self.rows.len());
         self.commit_put(put, item);
         let remaining = self.input.remaining();
-        self.rows.push(&mut self.tree.entry_rows, entry, time_us, [frames, 0, 0], remaining);
+        self.rows.push(&mut self.tree.entry_rows, entry, time_us, ids, remaining);
         self.stack.push(item);
         self.input.pos = end;
     }
@@ -629,6 +758,62 @@ impl Unpickler<'_> {
             Put::None => {}
             Put::Memoize => self.put_item(self.memo_len, item),
             Put::At(index) => self.put_item(index, item),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::pickle::read::parse;
+    use crate::{read_snapshot_bytes, write_json, write_pickle_protocol, SnapshotFile};
+    use proptest::prelude::*;
+    use std::sync::Arc;
+    use vramkit_core::snapshot::{Frame, Frames, Snapshot, TraceAction, TraceEntry};
+
+    /// Stacks of frames from a few files and functions (so that their strs
+    /// come again, within a stack too), and entries naming them.
+    fn snapshot() -> impl Strategy<Value = SnapshotFile> {
+        let frame = (0usize..4, -1i64..3000, 0usize..30);
+        let stacks = proptest::collection::vec(proptest::collection::vec(frame, 0..20), 1..5);
+        let entry = (0usize..TraceAction::ALL.len(), proptest::option::weighted(0.8, 0usize..5), any::<u32>(), 0u64..1 << 40, any::<bool>());
+        (stacks, proptest::collection::vec(entry, 1..40)).prop_map(|(stacks, entries)| {
+            let stacks: Vec<Frames> = stacks
+                .iter()
+                .map(|frames| {
+                    let frames = frames.iter().map(|&(file, line, name)| Frame { filename: format!("/src/m{file}.py"), line, name: format!("f{name}") });
+                    Arc::from(frames.collect::<Vec<_>>())
+                })
+                .collect();
+            let trace = entries
+                .iter()
+                .map(|&(action, stack, addr, size, timed)| {
+                    let mut e = TraceEntry::new(TraceAction::ALL[action], 0x7f00_0000_0000 + u64::from(addr) * 512, size, 0);
+                    e.frames = stack.map(|k| stacks[k % stacks.len()].clone());
+                    e.time_us = timed.then_some(1_700_000_000_000_000 + u64::from(addr));
+                    e
+                })
+                .collect();
+            SnapshotFile::from_snapshot(Snapshot { segments: Vec::new(), device_traces: vec![trace] })
+        })
+    }
+
+    proptest! {
+        /// Entries with new keys and new stacks (new frames' dicts, their
+        /// strs new or put earlier in the same entry) go straight into
+        /// rows, every one, and read as the JSON does.
+        #[test]
+        fn entries_with_new_frames_read_into_rows(file in snapshot()) {
+            let mut json = Vec::new();
+            write_json(&file, &mut json).expect("writes");
+            let expected = read_snapshot_bytes(&json).expect("reads").snapshot;
+            let rows = expected.device_traces[0].len();
+            for protocol in [2, 4] {
+                let mut pickle = Vec::new();
+                write_pickle_protocol(&file, protocol, &mut pickle).expect("writes");
+                let parsed = parse(&pickle).expect("parses");
+                prop_assert_eq!(parsed.tree.entry_rows.len(), rows, "protocol {}", protocol);
+                prop_assert_eq!(&read_snapshot_bytes(&pickle).expect("reads").snapshot, &expected, "protocol {}", protocol);
+            }
         }
     }
 }

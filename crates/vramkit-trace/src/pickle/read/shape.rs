@@ -250,7 +250,7 @@ impl Unpickler<'_> {
             return false;
         }
         let Some(frames) = self.stack_id(frames_index, slot) else { return false };
-        self.commit_usual(put, Entry { action, addr, size, stream }, time_us, frames, start + len);
+        self.commit_row(put, Entry { action, addr, size, stream }, time_us, [frames, 0, 0], start + len);
         #[cfg(test)]
         self.shapes.hits.set(self.shapes.hits.get() + 1);
         true
