@@ -466,6 +466,44 @@ impl Entries {
     }
 }
 
+/// One entry as [`Entries::push_raw`] takes it (the pickle reader hands
+/// them over in batches).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawEntry {
+    pub entry: Entry,
+    pub time_us: Option<u64>,
+    pub ids: [u32; 3],
+}
+
+impl Entries {
+    /// [`push_raw`](Self::push_raw) of each of `batch`, a column at a
+    /// time: an optional column that every entry so far and in the batch
+    /// has, or none has, takes the batch in one go; else entry by entry.
+    pub(crate) fn push_batch(&mut self, batch: &[RawEntry]) {
+        let first = self.actions.len();
+        self.actions.extend(batch.iter().map(|r| r.entry.action));
+        self.addrs.extend(batch.iter().map(|r| r.entry.addr));
+        self.sizes.extend(batch.iter().map(|r| r.entry.size));
+        self.streams.extend(batch.iter().map(|r| r.entry.stream));
+        if self.times.len() == first && batch.iter().all(|r| r.time_us.is_some()) {
+            self.times.extend(batch.iter().map(|r| r.time_us.unwrap_or_default()));
+        } else if !(self.times.is_empty() && batch.iter().all(|r| r.time_us.is_none())) {
+            for (i, r) in (first..).zip(batch) {
+                push_time(&mut self.times, &mut self.untimed, i, r.time_us);
+            }
+        }
+        for (k, column) in [&mut self.frames, &mut self.compile_contexts, &mut self.user_metadata].into_iter().enumerate() {
+            if column.len() == first && batch.iter().all(|r| r.ids[k] != 0) {
+                column.extend(batch.iter().map(|r| r.ids[k]));
+            } else if !(column.is_empty() && batch.iter().all(|r| r.ids[k] == 0)) {
+                for (i, r) in (first..).zip(batch) {
+                    push_id(column, i, r.ids[k]);
+                }
+            }
+        }
+    }
+}
+
 /// Puts `others[k]` in at `positions[k]` into `column`, which holds the
 /// values of `rows` entries (none at all when the column is empty, as an
 /// optional column is; likewise `others`; `fill` stands for those): moves

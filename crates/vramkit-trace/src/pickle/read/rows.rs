@@ -23,13 +23,7 @@ const IN_FLIGHT: usize = 3;
 /// Entries take at least this many bytes of pickle: room reserved up front.
 const MIN_ENTRY_BYTES: usize = 24;
 
-/// One entry as [`Entries::push_raw`] takes it.
-#[derive(Clone, Copy, Debug)]
-struct Row {
-    entry: Entry,
-    time_us: Option<u64>,
-    ids: [u32; 3],
-}
+use crate::entries::RawEntry as Row;
 
 /// The other thread's half: full batches in, empty ones back.
 #[derive(Debug)]
@@ -111,14 +105,15 @@ impl Rows {
             let mut entries = Entries::default();
             let mut reserved = false;
             while let Ok(mut batch) = from_reader.recv() {
-                for row in &batch {
-                    entries.push_raw(row.entry, row.time_us, row.ids);
-                    if !reserved {
-                        // After the first push: `reserve` sizes the columns entries fill.
-                        entries.reserve(room);
-                        reserved = true;
-                    }
+                let mut rows = &batch[..];
+                if let (false, [first, rest @ ..]) = (reserved, rows) {
+                    entries.push_raw(first.entry, first.time_us, first.ids);
+                    // After the first push: `reserve` sizes the columns entries fill.
+                    entries.reserve(room);
+                    reserved = true;
+                    rows = rest;
                 }
+                entries.push_batch(rows);
                 batch.clear();
                 // The reader may be gone (it stopped at an error): nothing to hand back.
                 let _ = to_reader.send(batch);
@@ -162,13 +157,21 @@ mod tests {
     use super::*;
     use vramkit_core::snapshot::TraceAction;
 
-    /// Entry `i` of a made-up trace: times, stacks and compile contexts
-    /// on some entries only, so the optional columns start late and have gaps.
-    fn row(i: u64) -> (Entry, Option<u64>, [u32; 3]) {
+    /// Entry `i` of a made-up trace, its optional fields (times, stacks,
+    /// compile contexts) as `pattern` says: 0, on some entries only, so the
+    /// optional columns start late and have gaps; 1, on every entry; 2, on
+    /// every entry from a batch boundary on (plus one) or from a later one;
+    /// 3, on none.
+    fn row(pattern: u8, i: u64) -> (Entry, Option<u64>, [u32; 3]) {
         let action = [TraceAction::Alloc, TraceAction::FreeRequested, TraceAction::FreeCompleted][(i % 3) as usize];
         let entry = Entry { action, addr: i * 512, size: i % 7 + 1, stream: i % 2 };
-        let time = (i % 5 != 0 && i > 10).then_some(i * 3);
-        let ids = [if i > 100 { (i % 4) as u32 } else { 0 }, if i % 1000 == 999 { 7 } else { 0 }, 0];
+        let batch = BATCH as u64;
+        let (time, ids) = match pattern {
+            0 => ((i % 5 != 0 && i > 10).then_some(i * 3), [if i > 100 { (i % 4) as u32 } else { 0 }, if i % 1000 == 999 { 7 } else { 0 }, 0]),
+            1 => (Some(i * 3), [(i % 4) as u32 + 1, 7, (i % 2) as u32 + 1]),
+            2 => ((i > batch).then_some(i * 3), [if i >= 2 * batch { 5 } else { 0 }, 0, 0]),
+            _ => (None, [0; 3]),
+        };
         (entry, time, ids)
     }
 
@@ -185,6 +188,13 @@ mod tests {
     /// message describes an entry), the rest then pushed directly.
     #[test]
     fn a_thread_fills_the_columns_as_pushing_directly_does() {
+        for pattern in 0..4 {
+            a_thread_fills_the_columns_as_pushing_directly_does_for(pattern);
+        }
+    }
+
+    fn a_thread_fills_the_columns_as_pushing_directly_does_for(pattern: u8) {
+        let row = |i| row(pattern, i);
         let n = 3 * BATCH as u64 + 17;
         let mut direct = Entries::default();
         let mut direct_rows = Rows::for_input(0);
