@@ -8,16 +8,16 @@
 //!
 //! The usual form: `EMPTY_DICT`, its memo put, `MARK`, key/value pairs,
 //! `SETITEMS`, with `FRAME`s anywhere between. Each key is a str naming an
-//! entry key, a memo reference or first seen here; each value an int opcode, a memo
-//! reference, or a str or a list (a stack) first seen here, with its memo
-//! put. A new stack's items are memo references (references to objects
-//! this entry made among them) or frames first seen here: dicts whose keys
-//! and values are strs, ints, `None`s, bools and memo references. And the entry must decode without error: a
-//! modeled action, the address key that action reads (`device_free` for
-//! `oom`) and not the other, a size and a stream, ints in range, strs where
-//! strs go. Anything else is read by the generic path as before, errors
-//! included: the scan changes nothing until it has seen the whole dict, so
-//! falling back is just not moving on.
+//! entry key, a memo reference or first seen here; each value an int
+//! opcode, a memo reference, or a str or a list (a stack) first seen here,
+//! with its memo put. A new stack's items are memo references (to objects
+//! this entry made among them, too) or frames first seen here: dicts whose
+//! keys and values are strs, ints, `None`s, bools and memo references. And
+//! the entry must decode without error: a modeled action, the address key
+//! that action reads (`device_free` for `oom`) and not the other, a size
+//! and a stream, ints in range, strs where strs go. Anything else is read
+//! by the generic path as before, errors included: the scan changes nothing
+//! until it has seen the whole dict, so falling back is just not moving on.
 
 use super::Unpickler;
 use crate::pickle::op;

@@ -10,7 +10,7 @@
 //! other core) and hands the emptied batch back. The columns come out the
 //! same either way: one thread pushes them in order.
 
-use crate::entries::{Entries, Entry};
+use crate::entries::{Entries, Entry, RawEntry as Row};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
@@ -22,8 +22,6 @@ const BATCH: usize = 4096;
 const IN_FLIGHT: usize = 3;
 /// Entries take at least this many bytes of pickle: room reserved up front.
 const MIN_ENTRY_BYTES: usize = 24;
-
-use crate::entries::RawEntry as Row;
 
 /// The other thread's half: full batches in, empty ones back.
 #[derive(Debug)]
