@@ -284,8 +284,9 @@ impl From<&[TraceEntry]> for Entries {
 #[derive(Debug, Default)]
 pub(crate) struct EntriesBuilder {
     entries: Entries,
-    /// Stacks by the address of their frames (one `Arc` is one stack).
-    stack_ids: HashMap<*const Frame, u32>,
+    /// Stacks by the address of their frames (one `Arc` is one stack; an
+    /// address of ours, so hashed fast).
+    stack_ids: crate::tree::FxHashMap<*const Frame, u32>,
     string_ids: HashMap<Box<str>, u32>,
 }
 

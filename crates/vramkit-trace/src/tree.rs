@@ -226,6 +226,28 @@ impl Tree {
         self.push(if tuple { Node::Tuple(store) } else { Node::List(store) })
     }
 
+    /// Items stored for lists and tuples.
+    #[cfg(test)]
+    pub(crate) fn items_len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The range of the items buffer a list stored as a range holds.
+    pub(crate) fn seq_range(&self, list: Item) -> Option<(usize, usize)> {
+        match self.node(list)? {
+            &Node::List(Store::Range { start, len }) => Some((start, len)),
+            _ => None,
+        }
+    }
+
+    /// A new list of the items `start..start + len` of the buffer, which
+    /// another list holds (or held): items are only ever appended to the
+    /// buffer, so they are what they were, and a list extended later gets
+    /// a range or vector of its own.
+    pub(crate) fn push_list_range(&mut self, start: usize, len: usize) -> Item {
+        self.push(Node::List(Store::Range { start, len }))
+    }
+
     /// A new dict holding `pairs`.
     pub(crate) fn push_dict(&mut self, pairs: impl Iterator<Item = (Item, Item)>) -> Item {
         let start = self.pairs.len();
@@ -250,7 +272,12 @@ impl Tree {
             },
             Node::Rows { start, len, .. } if follows(*start + *len) => *len += new.len(),
             Node::Rows { head, start, len } => {
-                let mut items = head.get(&self.items).to_vec();
+                // A vector of its own is taken, not copied (so that a list
+                // that goes back and forth costs nothing more each time).
+                let mut items = match std::mem::replace(head, Store::EMPTY) {
+                    Store::Owned(items) => items,
+                    range => range.get(&self.items).to_vec(),
+                };
                 items.extend((*start..*start + *len).map(Item::entry));
                 items.extend_from_slice(new);
                 *node = Node::List(Store::Owned(items));
@@ -483,10 +510,13 @@ pub(crate) struct FxHasher {
 
 impl std::hash::Hasher for FxHasher {
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.write_u64(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            self.write_u64(rest.iter().rev().fold(0, |word, &b| word << 8 | u64::from(b)));
         }
     }
 

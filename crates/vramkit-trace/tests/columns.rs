@@ -221,3 +221,59 @@ with open(sys.argv[1], "wb") as f:
         assert_eq!(whole.snapshot.device_traces[0], trace, "protocol {protocol}: from bytes");
     }
 }
+
+/// Entries as PyTorch pickles them: every stack a new list of frame dicts
+/// shared by all, every `compile_context` a new str, `user_metadata` one
+/// shared str. The reader shares stacks' items and strs it has read
+/// before: the entries read as written, from a file (columns filled on a
+/// second thread) and from bytes.
+#[test]
+fn cpython_pickles_of_pytorch_entries_read_as_written() {
+    let Some(python) = crate::common::python3() else { return };
+    const PY: &str = r#"
+import pickle, sys
+frames = [{"name": "f%d" % k, "filename": "m%d.py" % (k % 3), "line": k * 10} for k in range(12)]
+stacks = [[frames[k] for k in s] for s in ([0, 1, 2, 3], [4, 5, 1, 2, 3], [6], [7, 8, 9, 10, 11, 0, 1], [])]
+metadata = ""
+trace = []
+for i in range(540_000):
+    trace.append({"action": ["alloc", "free_requested", "free_completed"][i % 3], "addr": 0x7f0000000000 + (i % 4096) * 512,
+                  "size": (i * 7919) % (1 << 33), "stream": i % 2, "time_us": 1_700_000_000_000_000 + i,
+                  "compile_context": "".join(["N/", "A"]) if i % 11 else "".join(["graph ", str(i % 4)]),
+                  "user_metadata": metadata, "frames": list(stacks[i % 5])})
+doc = {"segments": [], "device_traces": [trace]}
+with open(sys.argv[1], "wb") as f:
+    pickle.dump(doc, f, protocol=int(sys.argv[2]))
+"#;
+    let frame = |k: i64| Frame { filename: format!("m{}.py", k % 3), line: k * 10, name: format!("f{k}") };
+    let stacks: Vec<Frames> = [&[0, 1, 2, 3][..], &[4, 5, 1, 2, 3], &[6], &[7, 8, 9, 10, 11, 0, 1], &[]]
+        .iter()
+        .map(|s| Arc::from(s.iter().map(|&k| frame(k)).collect::<Vec<_>>()))
+        .collect();
+    let expected: Vec<TraceEntry> = (0..540_000u64)
+        .map(|i| {
+            let action = [TraceAction::Alloc, TraceAction::FreeRequested, TraceAction::FreeCompleted][(i % 3) as usize];
+            let mut e = TraceEntry::new(action, 0x7f00_0000_0000 + (i % 4096) * 512, (i * 7919) % (1 << 33), i % 2);
+            e.time_us = Some(1_700_000_000_000_000 + i);
+            e.compile_context = Some(if i % 11 != 0 { "N/A".to_string() } else { format!("graph {}", i % 4) });
+            e.user_metadata = Some(String::new());
+            e.frames = Some(stacks[(i % 5) as usize].clone());
+            e
+        })
+        .collect();
+    for protocol in [2, 4] {
+        let path = temp_path(&format!("cpython-pytorch-{protocol}.pickle"));
+        let out = std::process::Command::new(python).arg("-c").arg(PY).arg(&path).arg(protocol.to_string()).output().expect("python3 runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let streamed = read_trace_file(&path).expect("reads");
+        let bytes = std::fs::read(&path).expect("written");
+        let _ = std::fs::remove_file(&path);
+        assert!(bytes.len() > 32 << 20, "protocol {protocol}: {} bytes, too few for the column thread", bytes.len());
+        let trace = streamed.into_snapshot_file().snapshot.device_traces.remove(0);
+        assert_eq!(trace.len(), expected.len(), "protocol {protocol}");
+        for (k, (got, want)) in trace.iter().zip(&expected).enumerate() {
+            assert_eq!(got, want, "protocol {protocol}: entry {k}");
+        }
+        assert_eq!(read_snapshot_bytes(&bytes).expect("reads").snapshot.device_traces[0], trace, "protocol {protocol}: from bytes");
+    }
+}

@@ -22,8 +22,10 @@ impl Reader<'_> {
             }
         }
         // Distinct list objects often hold the very same frame objects
-        // (PyTorch memoizes each frame dict); such lists share one `Arc`.
-        let index = match self.frames_by_items.get(&ItemsKey(items)) {
+        // (PyTorch memoizes each frame dict); such lists share one `Arc`,
+        // found by the items' place when the reader made them share it.
+        let place = (items.as_ptr() as usize, items.len());
+        let index = match self.frames_by_range.get(&place).or_else(|| self.frames_by_items.get(&ItemsKey(items))) {
             Some(&index) => index,
             None => {
                 let mut out = Vec::with_capacity(items.len());
@@ -38,6 +40,7 @@ impl Reader<'_> {
                 index
             }
         };
+        self.frames_by_range.insert(place, index);
         if let Some(slot) = self.slot(id) {
             *slot = index;
         }

@@ -58,6 +58,9 @@ pub(super) struct Reader<'t> {
     pub(super) decoded_frame: Vec<Frame>,
     /// Frames by the frame objects they hold (node references only).
     pub(super) frames_by_items: FxHashMap<ItemsKey<'t>, u32>,
+    /// Frames by where their items lie in the tree's item buffer (lists
+    /// the pickle reader made to share their items): no items hashed.
+    pub(super) frames_by_range: FxHashMap<(usize, usize), u32>,
     /// Keys seen at each level.
     pub(super) top: Seen,
     pub(super) segment: Seen,
@@ -73,6 +76,7 @@ impl<'t> Reader<'t> {
             decoded_frames: Vec::new(),
             decoded_frame: Vec::new(),
             frames_by_items: FxHashMap::default(),
+            frames_by_range: FxHashMap::default(),
             top: Seen::default(),
             segment: Seen::default(),
             block: Seen::default(),

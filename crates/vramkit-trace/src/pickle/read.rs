@@ -9,6 +9,7 @@
 //! innermost MARK (as in CPython), so no input can make it panic or blow up.
 
 mod entry;
+mod known;
 mod rows;
 mod shape;
 
@@ -100,6 +101,8 @@ pub(super) struct Unpickler<'a> {
     fresh_items: Vec<entry::Part>,
     fresh_pairs: Vec<(entry::Part, entry::Part)>,
     fresh: Vec<entry::Fresh>,
+    /// The items of the objects in `fresh` once made.
+    made: Vec<Item>,
     pub(super) puts: Vec<usize>,
     /// How trace entries reach `tree.entry_rows` (`rows.rs`).
     rows: rows::Rows,
@@ -107,6 +110,10 @@ pub(super) struct Unpickler<'a> {
     last_stack: Item,
     /// The layouts of the last usual trace entries (`shape.rs`).
     shapes: shape::Shapes,
+    /// The bodies of trace entries' stacks read so far, and the last short
+    /// strs they made (`known.rs`).
+    known_lists: known::KnownLists,
+    known_strs: known::KnownStrs,
 }
 
 impl<'a> Unpickler<'a> {
@@ -126,10 +133,13 @@ impl<'a> Unpickler<'a> {
             fresh_items: Vec::new(),
             fresh_pairs: Vec::new(),
             fresh: Vec::new(),
+            made: Vec::new(),
             puts: Vec::new(),
             rows: rows::Rows::for_input(len),
             last_stack: Item::UNSET,
             shapes: shape::Shapes::default(),
+            known_lists: known::KnownLists::default(),
+            known_strs: known::KnownStrs::default(),
         }
     }
 
@@ -577,6 +587,10 @@ impl<'a> Unpickler<'a> {
         };
         if fresh {
             self.memo_len += 1;
+        } else {
+            // A slot holds something else now: the same references may not
+            // name the same items.
+            self.known_lists.forget();
         }
     }
 

@@ -19,6 +19,7 @@
 //! by the generic path as before, errors included: the scan changes nothing
 //! until it has seen the whole dict, so falling back is just not moving on.
 
+use super::known;
 use super::Unpickler;
 use crate::pickle::op;
 use crate::entries::Entry;
@@ -27,9 +28,10 @@ use crate::words::Word;
 use vramkit_core::snapshot::TraceAction;
 
 /// Objects an entry may make (strs, lists and frame dicts seen for the
-/// first time): a new stack of twenty frames from new places, each with a
-/// new file name and function name, makes 61.
-const MAX_FRESH: usize = 64;
+/// first time): a new stack of a hundred frames from new places, each with
+/// a new file name and function name, makes 301. (A bound on the work one
+/// entry's scan may do before it gives up.)
+const MAX_FRESH: usize = 1024;
 /// Memo indices whose schema word is cached (keys are memoized early).
 const MAX_CACHED_INDEX: usize = 1 << 20;
 
@@ -50,14 +52,19 @@ pub(super) enum Put {
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Fresh {
     Str { text: (usize, usize), put: Put },
-    List { items: (usize, usize), put: Put },
+    /// `body`: the window range of its items' bytes, when they are memo
+    /// references only (see `known.rs`).
+    List { items: (usize, usize), body: Option<(usize, usize)>, put: Put },
+    /// A list of the items of the tree's range `items` (a list whose body
+    /// was byte for byte this one's).
+    Like { items: (usize, usize), put: Put },
     Dict { pairs: (usize, usize), put: Put },
 }
 
 impl Fresh {
     fn put(self) -> Put {
         match self {
-            Fresh::Str { put, .. } | Fresh::List { put, .. } | Fresh::Dict { put, .. } => put,
+            Fresh::Str { put, .. } | Fresh::List { put, .. } | Fresh::Like { put, .. } | Fresh::Dict { put, .. } => put,
         }
     }
 }
@@ -172,6 +179,7 @@ struct Scan<'u> {
     fresh_items: &'u mut Vec<Part>,
     fresh_pairs: &'u mut Vec<(Part, Part)>,
     fresh: &'u mut Vec<Fresh>,
+    known_lists: &'u known::KnownLists,
     /// Memo slots this dict puts: the next `MEMOIZE` index, and each index
     /// put, the lowest apart (references are almost all to slots below it).
     next_memo: usize,
@@ -367,6 +375,13 @@ impl Scan<'_> {
     fn new_list(&mut self) -> Option<Ref> {
         self.p += 1;
         let put = self.put()?;
+        let body = known::refs_body(self.data, self.p);
+        if let Some((from, to)) = body {
+            if let Some(items) = self.known_lists.get(&self.data[from..to]) {
+                self.p = to;
+                return Some(Ref::Fresh(self.make(Fresh::Like { items, put })?));
+            }
+        }
         let first = self.fresh_items.len();
         loop {
             match self.byte()? {
@@ -409,7 +424,9 @@ impl Scan<'_> {
             }
         }
         let items = (first, self.fresh_items.len());
-        Some(Ref::Fresh(self.make(Fresh::List { items, put })?))
+        // The body is known only when the list ended with it.
+        let body = body.filter(|&(_, to)| to == self.p);
+        Some(Ref::Fresh(self.make(Fresh::List { items, body, put })?))
     }
 
     /// A memo reference in something this entry makes: to an object stored
@@ -534,6 +551,12 @@ impl Scan<'_> {
                     word
                 }
             };
+            if d.get(p) == Some(&op::FRAME) {
+                // A frame boundary between the key and its value.
+                self.p = p;
+                self.frames()?;
+                p = self.p;
+            }
             match word {
                 Word::Addr => addr = Some(int_field(d, &mut p, false)?),
                 Word::DeviceFree => device_free = Some(int_field(d, &mut p, false)?),
@@ -617,38 +640,56 @@ impl Unpickler<'_> {
             fresh_items: &mut self.fresh_items,
             fresh_pairs: &mut self.fresh_pairs,
             fresh: &mut self.fresh,
+            known_lists: &self.known_lists,
             next_memo: self.memo_len,
             puts: &mut self.puts,
             lowest_put: usize::MAX,
         };
         let Some(found) = scan.dict() else { return false };
         // The objects the entry makes, each after those it holds.
-        let mut made = [Item::NONE; MAX_FRESH];
-        for (k, &fresh) in self.fresh.iter().enumerate() {
+        self.made.clear();
+        for k in 0..self.fresh.len() {
+            let made = &self.made;
             let item = |part: &Part| match *part {
                 Part::Item(item) => item,
                 Part::Made(j) => made[j],
             };
-            made[k] = match fresh {
+            let object = match self.fresh[k] {
                 Fresh::Str { text: (a, b), .. } => {
-                    let text = std::str::from_utf8(&self.input.data()[a..b]).unwrap_or_default();
-                    self.tree.push_str(text)
+                    let bytes = &self.input.data()[a..b];
+                    match self.known_strs.get(bytes) {
+                        Some(str) => str,
+                        None => {
+                            let str = self.tree.push_str(std::str::from_utf8(bytes).unwrap_or_default());
+                            self.known_strs.remember(bytes, str);
+                            str
+                        }
+                    }
                 }
-                Fresh::List { items: (a, b), .. } => self.tree.push_seq(false, self.fresh_items[a..b].iter().map(item)),
+                Fresh::List { items: (a, b), body, .. } => {
+                    let list = self.tree.push_seq(false, self.fresh_items[a..b].iter().map(item));
+                    if let (Some((from, to)), Some(range)) = (body, self.tree.seq_range(list)) {
+                        self.known_lists.remember(&self.input.data()[from..to], range);
+                    }
+                    list
+                }
+                Fresh::Like { items: (start, len), .. } => self.tree.push_list_range(start, len),
                 Fresh::Dict { pairs: (a, b), .. } => {
                     self.tree.push_dict(self.fresh_pairs[a..b].iter().map(|(key, value)| (item(key), item(value))))
                 }
             };
+            self.made.push(object);
         }
         let ids = found.refs.map(|r| match r {
             Ref::None => 0,
             Ref::Node(id) => id as u32 + 1,
-            Ref::Fresh(k) => made[k].node_id().unwrap_or_default() as u32 + 1,
+            Ref::Fresh(k) => self.made[k].node_id().unwrap_or_default() as u32 + 1,
         });
         // Memo puts after the entry's row is known (its dict's first).
         self.commit_row(found.put, found.entry, found.time_us, ids, found.end);
-        for (k, fresh) in made.into_iter().enumerate().take(self.fresh.len()) {
-            self.commit_put(self.fresh[k].put(), fresh);
+        for k in 0..self.fresh.len() {
+            let (put, made) = (self.fresh[k].put(), self.made[k]);
+            self.commit_put(put, made);
         }
         true
     }
@@ -815,5 +856,53 @@ mod tests {
                 prop_assert_eq!(&read_snapshot_bytes(&pickle).expect("reads").snapshot, &expected, "protocol {}", protocol);
             }
         }
+    }
+
+    /// A `FRAME` (CPython's framing every 64 KiB lands anywhere) between an
+    /// entry's keys and their values: the entry is still a row, read right.
+    #[test]
+    fn a_frame_between_a_key_and_its_value_keeps_the_entry_a_row() {
+        use crate::pickle::op;
+        let frame = [op::FRAME, 0, 0, 0, 0, 0, 0, 0, 0];
+        let mut d = vec![op::PROTO, 4, op::EMPTY_DICT, op::MEMOIZE, op::MARK];
+        let str_op = |d: &mut Vec<u8>, text: &str| {
+            d.extend([op::SHORT_BINUNICODE, text.len() as u8]);
+            d.extend(text.as_bytes());
+            d.push(op::MEMOIZE);
+        };
+        str_op(&mut d, "segments"); // 1
+        d.extend([op::EMPTY_LIST, op::MEMOIZE]); // 2
+        str_op(&mut d, "device_traces"); // 3
+        d.extend([op::EMPTY_LIST, op::MEMOIZE, op::MARK, op::EMPTY_LIST, op::MEMOIZE, op::MARK]); // 4, 5
+        // The first entry brings the keys: 6 the dict, then key, value, ...
+        d.extend([op::EMPTY_DICT, op::MEMOIZE, op::MARK]);
+        str_op(&mut d, "action"); // 7
+        d.extend(frame);
+        str_op(&mut d, "alloc"); // 8
+        for (key, value) in [("addr", 4096), ("size", 512), ("stream", 0)] {
+            str_op(&mut d, key); // 9, 10, 11
+            d.extend(frame);
+            d.push(op::BININT2);
+            d.extend(u16::to_le_bytes(value));
+        }
+        d.push(op::SETITEMS);
+        for addr in [8192u16, 12288] {
+            d.extend([op::EMPTY_DICT, op::MEMOIZE, op::MARK, op::BINGET, 7]);
+            d.extend(frame);
+            d.extend([op::BINGET, 8]);
+            for (key, value) in [(9, addr), (10, 512), (11, 0)] {
+                d.extend([op::BINGET, key]);
+                d.extend(frame);
+                d.push(op::BININT2);
+                d.extend(u16::to_le_bytes(value));
+            }
+            d.push(op::SETITEMS);
+        }
+        d.extend([op::APPENDS, op::APPENDS, op::SETITEMS, op::STOP]);
+        assert_eq!(parse(&d).expect("parses").tree.entry_rows.len(), 3, "every entry a row");
+        let trace = &read_snapshot_bytes(&d).expect("reads").snapshot.device_traces[0];
+        let addrs: Vec<u64> = trace.iter().map(|e| e.addr).collect();
+        assert_eq!(addrs, [4096, 8192, 12288]);
+        assert!(trace.iter().all(|e| e.action == TraceAction::Alloc && e.size == 512 && e.stream == 0));
     }
 }
