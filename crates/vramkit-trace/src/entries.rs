@@ -286,7 +286,7 @@ pub(crate) struct EntriesBuilder {
     entries: Entries,
     /// Stacks by the address of their frames (one `Arc` is one stack; an
     /// address of ours, so hashed fast).
-    stack_ids: crate::tree::FxHashMap<*const Frame, u32>,
+    stack_ids: crate::fx::FxHashMap<*const Frame, u32>,
     string_ids: HashMap<Box<str>, u32>,
 }
 

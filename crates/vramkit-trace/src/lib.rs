@@ -47,6 +47,7 @@ mod encode;
 mod entries;
 mod error;
 mod file;
+mod fx;
 mod json;
 mod legacy;
 pub mod pickle;

@@ -206,20 +206,27 @@ with open(sys.argv[1], "wb") as f:
         }
     }
     for protocol in [2, 4] {
-        let path = temp_path(&format!("cpython-usual-{protocol}.pickle"));
-        let out = std::process::Command::new(python).arg("-c").arg(PY).arg(&path).arg(protocol.to_string()).output().expect("python3 runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let streamed = read_trace_file(&path).expect("reads");
-        let bytes = std::fs::read(&path).expect("written");
-        let _ = std::fs::remove_file(&path);
-        let whole = read_snapshot_bytes(&bytes).expect("reads");
-        let trace = streamed.into_snapshot_file().snapshot.device_traces.remove(0);
-        assert_eq!(trace.len(), expected.len(), "protocol {protocol}");
-        for (k, (got, want)) in trace.iter().zip(&expected).enumerate() {
-            assert_eq!(got, want, "protocol {protocol}: entry {k}");
-        }
-        assert_eq!(whole.snapshot.device_traces[0], trace, "protocol {protocol}: from bytes");
+        cpython_reads_as_expected(python, PY, "usual", protocol, &expected);
     }
+}
+
+/// Runs `py` in CPython with a path and `protocol`, and reads the pickle it
+/// wrote there, from the file (streamed) and from its bytes: the first
+/// device trace is `expected`, entry by entry. The pickle's bytes.
+fn cpython_reads_as_expected(python: &str, py: &str, name: &str, protocol: u8, expected: &[TraceEntry]) -> Vec<u8> {
+    let path = temp_path(&format!("cpython-{name}-{protocol}.pickle"));
+    let out = std::process::Command::new(python).arg("-c").arg(py).arg(&path).arg(protocol.to_string()).output().expect("python3 runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let streamed = read_trace_file(&path).expect("reads");
+    let bytes = std::fs::read(&path).expect("written");
+    let _ = std::fs::remove_file(&path);
+    let trace = streamed.into_snapshot_file().snapshot.device_traces.remove(0);
+    assert_eq!(trace.len(), expected.len(), "protocol {protocol}");
+    for (k, (got, want)) in trace.iter().zip(expected).enumerate() {
+        assert_eq!(got, want, "protocol {protocol}: entry {k}");
+    }
+    assert_eq!(read_snapshot_bytes(&bytes).expect("reads").snapshot.device_traces[0], trace, "protocol {protocol}: from bytes");
+    bytes
 }
 
 /// Entries as PyTorch pickles them: every stack a new list of frame dicts
@@ -262,18 +269,7 @@ with open(sys.argv[1], "wb") as f:
         })
         .collect();
     for protocol in [2, 4] {
-        let path = temp_path(&format!("cpython-pytorch-{protocol}.pickle"));
-        let out = std::process::Command::new(python).arg("-c").arg(PY).arg(&path).arg(protocol.to_string()).output().expect("python3 runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let streamed = read_trace_file(&path).expect("reads");
-        let bytes = std::fs::read(&path).expect("written");
-        let _ = std::fs::remove_file(&path);
+        let bytes = cpython_reads_as_expected(python, PY, "pytorch", protocol, &expected);
         assert!(bytes.len() > 32 << 20, "protocol {protocol}: {} bytes, too few for the column thread", bytes.len());
-        let trace = streamed.into_snapshot_file().snapshot.device_traces.remove(0);
-        assert_eq!(trace.len(), expected.len(), "protocol {protocol}");
-        for (k, (got, want)) in trace.iter().zip(&expected).enumerate() {
-            assert_eq!(got, want, "protocol {protocol}: entry {k}");
-        }
-        assert_eq!(read_snapshot_bytes(&bytes).expect("reads").snapshot.device_traces[0], trace, "protocol {protocol}: from bytes");
     }
 }

@@ -3,7 +3,8 @@
 
 use super::schema_err::SchemaErr;
 use crate::value::Value;
-use crate::tree::{FxHashMap, Item, Kind, NodeId, Tree, MAX_DEPTH};
+use crate::fx::FxHashMap;
+use crate::tree::{Item, Kind, NodeId, Tree, MAX_DEPTH};
 use crate::words::Word;
 use std::collections::BTreeSet;
 use vramkit_core::snapshot::{Frame, Frames};

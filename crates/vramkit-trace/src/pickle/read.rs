@@ -17,7 +17,8 @@ use super::input::Input;
 use super::op;
 use crate::value::Value;
 use crate::error::TraceError;
-use crate::tree::{FxHashMap, Item, Node, Store, Tree};
+use crate::fx::FxHashMap;
+use crate::tree::{Item, Node, Store, Tree};
 use std::ops::Range;
 use std::path::PathBuf;
 

@@ -862,18 +862,10 @@ mod tests {
     /// entry's keys and their values: the entry is still a row, read right.
     #[test]
     fn a_frame_between_a_key_and_its_value_keeps_the_entry_a_row() {
+        use super::super::known::tests::{document_end, document_start, str_op};
         use crate::pickle::op;
         let frame = [op::FRAME, 0, 0, 0, 0, 0, 0, 0, 0];
-        let mut d = vec![op::PROTO, 4, op::EMPTY_DICT, op::MEMOIZE, op::MARK];
-        let str_op = |d: &mut Vec<u8>, text: &str| {
-            d.extend([op::SHORT_BINUNICODE, text.len() as u8]);
-            d.extend(text.as_bytes());
-            d.push(op::MEMOIZE);
-        };
-        str_op(&mut d, "segments"); // 1
-        d.extend([op::EMPTY_LIST, op::MEMOIZE]); // 2
-        str_op(&mut d, "device_traces"); // 3
-        d.extend([op::EMPTY_LIST, op::MEMOIZE, op::MARK, op::EMPTY_LIST, op::MEMOIZE, op::MARK]); // 4, 5
+        let mut d = document_start();
         // The first entry brings the keys: 6 the dict, then key, value, ...
         d.extend([op::EMPTY_DICT, op::MEMOIZE, op::MARK]);
         str_op(&mut d, "action"); // 7
@@ -898,7 +890,7 @@ mod tests {
             }
             d.push(op::SETITEMS);
         }
-        d.extend([op::APPENDS, op::APPENDS, op::SETITEMS, op::STOP]);
+        document_end(&mut d);
         assert_eq!(parse(&d).expect("parses").tree.entry_rows.len(), 3, "every entry a row");
         let trace = &read_snapshot_bytes(&d).expect("reads").snapshot.device_traces[0];
         let addrs: Vec<u64> = trace.iter().map(|e| e.addr).collect();

@@ -15,7 +15,8 @@
 //! change), so the decoder looks it up once.
 
 use crate::pickle::op;
-use crate::tree::{FxHashMap, FxHasher, Item};
+use crate::fx::{FxHashMap, FxHasher};
+use crate::tree::Item;
 use std::hash::Hasher;
 
 /// Bytes of bodies kept; past it they are all forgotten (a bound on what a
@@ -136,7 +137,7 @@ pub(super) fn refs_body(d: &[u8], p: usize) -> Option<(usize, usize)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::pickle::read::parse;
     use crate::value::Value;
@@ -263,21 +264,33 @@ mod tests {
     }
 
     /// Opcodes: a str, memoized.
-    fn str_op(out: &mut Vec<u8>, text: &str) {
+    pub(in crate::pickle::read) fn str_op(out: &mut Vec<u8>, text: &str) {
         out.extend([op::SHORT_BINUNICODE, text.len() as u8]);
         out.extend(text.as_bytes());
         out.push(op::MEMOIZE);
+    }
+
+    /// Opcodes of a snapshot up to its one device trace's entries, memo
+    /// slots 0 to 5 taken (the entries and [`document_end`] to follow).
+    pub(in crate::pickle::read) fn document_start() -> Vec<u8> {
+        let mut d = vec![op::PROTO, 4, op::EMPTY_DICT, op::MEMOIZE, op::MARK];
+        str_op(&mut d, "segments"); // 1
+        d.extend([op::EMPTY_LIST, op::MEMOIZE]); // 2
+        str_op(&mut d, "device_traces"); // 3
+        d.extend([op::EMPTY_LIST, op::MEMOIZE, op::MARK, op::EMPTY_LIST, op::MEMOIZE, op::MARK]); // 4, 5
+        d
+    }
+
+    /// Closes what [`document_start`] opened.
+    pub(in crate::pickle::read) fn document_end(d: &mut Vec<u8>) {
+        d.extend([op::APPENDS, op::APPENDS, op::SETITEMS, op::STOP]);
     }
 
     /// A memo slot put again between two lists of the same bytes: the
     /// second holds what the slot holds then.
     #[test]
     fn a_slot_put_again_changes_what_the_same_bytes_name() {
-        let mut d = vec![op::PROTO, 4, op::EMPTY_DICT, op::MEMOIZE, op::MARK];
-        str_op(&mut d, "segments"); // 1
-        d.extend([op::EMPTY_LIST, op::MEMOIZE]); // 2
-        str_op(&mut d, "device_traces"); // 3
-        d.extend([op::EMPTY_LIST, op::MEMOIZE, op::MARK, op::EMPTY_LIST, op::MEMOIZE, op::MARK]); // 4, 5
+        let mut d = document_start();
         // Frames at 6, 12 and 15.
         d.extend([op::EMPTY_DICT, op::MEMOIZE, op::MARK]);
         str_op(&mut d, "filename"); // 7
@@ -318,7 +331,7 @@ mod tests {
         // Slot 6 now holds the third frame.
         d.extend([op::BINGET, 15, op::BINPUT, 6, op::POP]);
         again(&mut d);
-        d.extend([op::APPENDS, op::APPENDS, op::SETITEMS, op::STOP]);
+        document_end(&mut d);
         let trace = &read_snapshot_bytes(&d).expect("reads").snapshot.device_traces[0];
         let frame = |file: &str, line: i64, name: &str| Frame { filename: file.into(), line, name: name.into() };
         let stacks: Vec<Vec<Frame>> = trace.iter().map(|e| e.frames.as_deref().expect("a stack").to_vec()).collect();
