@@ -8,7 +8,7 @@ use crate::words::Word;
 use std::sync::Arc;
 use vramkit_core::snapshot::{Frame, Frames};
 
-impl Reader<'_> {
+impl<'t> Reader<'t> {
     /// A frames list; the same list object gives the same `Arc`.
     pub(super) fn frames(&mut self, item: Item) -> Result<Frames, SchemaErr> {
         // Check the kind first: the slot of a node means different things
@@ -25,26 +25,36 @@ impl Reader<'_> {
         // (PyTorch memoizes each frame dict); such lists share one `Arc`,
         // found by the items' place when the reader made them share it.
         let place = (items.as_ptr() as usize, items.len());
-        let index = match self.frames_by_range.get(&place).or_else(|| self.frames_by_items.get(&ItemsKey(items))) {
+        let index = match self.frames_by_range.get(&place) {
             Some(&index) => index,
             None => {
-                let mut out = Vec::with_capacity(items.len());
-                for (i, &frame) in items.iter().enumerate() {
-                    out.push(self.frame(frame).at_index(i)?);
-                }
-                self.decoded_frames.push(Arc::from(out));
-                let index = self.decoded_frames.len() as u32;
-                if items.iter().all(|item| item.node_id().is_some()) {
-                    self.frames_by_items.insert(ItemsKey(items), index);
-                }
+                let index = match self.frames_by_items.get(&ItemsKey(items)) {
+                    Some(&index) => index,
+                    None => self.decode_frames(items)?,
+                };
+                self.frames_by_range.insert(place, index);
                 index
             }
         };
-        self.frames_by_range.insert(place, index);
         if let Some(slot) = self.slot(id) {
             *slot = index;
         }
         Ok(self.decoded_frames[index as usize - 1].clone())
+    }
+
+    /// Decodes the frames `items` name, kept under the frame objects they
+    /// are when all are nodes; their index in `decoded_frames`, plus 1.
+    fn decode_frames(&mut self, items: &'t [Item]) -> Result<u32, SchemaErr> {
+        let mut out = Vec::with_capacity(items.len());
+        for (i, &frame) in items.iter().enumerate() {
+            out.push(self.frame(frame).at_index(i)?);
+        }
+        self.decoded_frames.push(Arc::from(out));
+        let index = self.decoded_frames.len() as u32;
+        if items.iter().all(|item| item.node_id().is_some()) {
+            self.frames_by_items.insert(ItemsKey(items), index);
+        }
+        Ok(index)
     }
 
     /// One frame; a frame dict shared by many stacks is decoded once.
