@@ -134,6 +134,7 @@ impl<D: Device> CachingAllocator<D> {
     /// segments (they are off, or it is a private pool of a release that
     /// gives those classic ones), or the device cannot reserve.
     pub fn leave_expandable_reservation(&mut self, size: u64, stream: StreamId) -> Result<DeviceAddr, Error> {
+        self.settle_parked();
         let params = self.alloc_params(size, stream);
         let private = self.pools[params.pool.0 as usize].owner != (0, 0);
         if !self.expandable_active() || (private && !self.config.compat.expandable_in_private_pools) {
@@ -183,6 +184,7 @@ impl<D: Device> CachingAllocator<D> {
     /// memory for them; an error when no unmapped block starts at `addr`
     /// or `size` is not within it.
     pub fn map_left_by_failed_request(&mut self, addr: DeviceAddr, size: u64, stream: StreamId) -> Result<bool, Error> {
+        self.settle_parked();
         let found = self.pools.iter().find_map(|p| p.unmapped.get(&(stream, addr.0)).copied());
         let Some(id) = found.filter(|&id| size > 0 && size <= self.blocks[id].size) else {
             return Err(Error::Device(DeviceError::Other {

@@ -116,6 +116,9 @@ pub struct CachingAllocator<D: Device> {
     /// The last split best fit chose, while its pool's free set is as the
     /// split left it (`parked.rs`).
     pub(crate) split_memo: Option<parked::SplitMemo>,
+    /// The last parked free and its taking back, while nothing else has
+    /// happened since (`parked.rs`, "Repeats").
+    pub(crate) repeat: Option<parked::Repeat>,
     /// Whether frees may be parked (always, but for the tests that compare
     /// against the allocator without it).
     pub(crate) parking: bool,
@@ -176,6 +179,7 @@ impl<D: Device> CachingAllocator<D> {
             deferred_frees: Vec::new(),
             parked: None,
             split_memo: None,
+            repeat: None,
             parking: true,
             last_rounding: NO_ROUNDING,
         };
@@ -316,6 +320,11 @@ impl<D: Device> CachingAllocator<D> {
         if ptr.0 == 0 {
             return Ok(0);
         }
+        if let Some(requested) = self.free_again(ptr.0) {
+            self.validate();
+            return Ok(requested);
+        }
+        self.repeat = None;
         let unknown = || Error::UnknownPointer { addr: ptr };
         let mut slot = self.allocated.find(ptr.0).ok_or_else(unknown)?;
         let id = self.allocated.at(slot);

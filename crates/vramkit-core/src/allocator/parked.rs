@@ -25,12 +25,26 @@
 //! made, a default pool, ties in size not broken by block age (2.12 gives a
 //! split's part a new counter), the freed block with no free block before
 //! it, nothing recorded on either block (stream uses, stacks).
+//!
+//! **Repeats.** A training step frees a block and asks for the same size
+//! again, over and over: the second round trip does exactly what the first
+//! did, with the same arguments to the same statistics. So the first one,
+//! done in full, is remembered ([`Repeat`]), and while nothing else has
+//! happened in between, the next `free` of that address and the next
+//! request of that size and stream redo it from the record: no address-map
+//! lookup, no parking or best-fit checks. "Nothing else" is kept by the
+//! same discipline as the parked free's: every other operation settles it
+//! first, which forgets the record, and so does any other `malloc` or
+//! `free`. Garbage collection (which ages blocks on every search) and
+//! captures (which route requests elsewhere) take the full path.
 
 use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
 use crate::block::{BlockId, PoolIdx};
 use crate::config::SizeTies;
 use crate::device::{Device, StreamId};
+use crate::live_stats::Peak;
 use crate::pool::{FreeEntry, FreeKey};
+use crate::rounding::PoolKind;
 
 /// A freed block whose merge with the free block after it is put off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +70,27 @@ pub(crate) struct SplitMemo {
     pub block: BlockId,
     pub rest: BlockId,
     pub generation: u64,
+}
+
+/// A parked free done in full, and (once `orig_size` is set) the request
+/// that took its block back: what doing them again does (see "Repeats").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Repeat {
+    /// The parked free the `free` made.
+    pub parked: Parked,
+    /// The freed block's address.
+    pub addr: u64,
+    /// Its pool's kind, size, and whether that size is oversize.
+    pub kind: PoolKind,
+    pub size: u64,
+    pub oversize: bool,
+    /// What the free did to `inactive_split` (count, bytes).
+    pub freed_split: (i64, i64),
+    /// The bytes the request that took the block back asked for; 0 until
+    /// one has (a request of 0 bytes never reaches the allocator).
+    pub orig_size: u64,
+    /// What taking it back did to `inactive_split`.
+    pub taken_split: (i64, i64),
 }
 
 /// What the merge a parked free stands for did, for the statistics.
@@ -97,12 +132,74 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// Does the merge of the parked free, if there is one, as `free` would
-    /// have done it.
+    /// have done it; forgets the round trip to repeat.
     #[inline(always)]
     pub(crate) fn settle_parked(&mut self) {
+        self.repeat = None;
         if let Some(p) = self.parked.take() {
             self.settle(p);
         }
+    }
+
+    /// Remembers the free that just parked block `id` (of pool kind `kind`,
+    /// `size` bytes), which moved `inactive_split` by `freed_split`, to be
+    /// repeated once a request has taken the block back.
+    #[inline(always)]
+    pub(crate) fn begin_repeat(&mut self, id: BlockId, kind: PoolKind, size: u64, freed_split: (i64, i64)) {
+        self.repeat = match self.parked {
+            Some(parked) if !self.gc_active() => {
+                debug_assert_eq!(parked.block, id);
+                let oversize = size >= self.config.max_split_size();
+                let addr = self.blocks[id].addr;
+                Some(Repeat { parked, addr, kind, size, oversize, freed_split, orig_size: 0, taken_split: (0, 0) })
+            }
+            _ => None,
+        };
+    }
+
+    /// After the request for `orig_size` bytes took the parked free `p`
+    /// back in full, moving `inactive_split` by `taken_split`: the round
+    /// trip to repeat, if `repeat` (taken by that `malloc`) was its free.
+    #[inline(always)]
+    pub(crate) fn complete_repeat(&mut self, repeat: Option<Repeat>, p: Parked, orig_size: u64, taken_split: (i64, i64)) {
+        self.repeat = repeat.filter(|r| r.parked == p).map(|r| Repeat { orig_size, taken_split, ..r });
+    }
+
+    /// `malloc(orig_size, stream)` as a repeat of the round trip in
+    /// `self.repeat`, if it is one: its parked free taken back as the last
+    /// request took it.
+    #[inline(always)]
+    pub(crate) fn malloc_again(&mut self, orig_size: u64, stream: StreamId) -> Option<u64> {
+        let r = self.repeat.as_ref()?;
+        if orig_size != r.orig_size || stream != r.parked.stream || self.parked.is_none() || !self.captures_underway.is_empty() {
+            return None;
+        }
+        debug_assert_eq!(self.parked, Some(r.parked));
+        let (block, next, kind, size, oversize, taken_split, addr) =
+            (r.parked.block, r.parked.next, r.kind, r.size, r.oversize, r.taken_split, r.addr);
+        self.parked = None;
+        self.blocks[block].allocated = true;
+        // The rest keeps the size last asked of the block (`unpark`).
+        self.blocks[next].requested_size = orig_size;
+        self.stats.account_block_allocated(kind, size, orig_size, oversize, taken_split, Peak::Unchanged);
+        Some(addr)
+    }
+
+    /// `free(addr)` as a repeat of the free in `self.repeat`, if it is one
+    /// (the block a repeat's request handed out); returns the bytes that
+    /// request asked for.
+    #[inline(always)]
+    pub(crate) fn free_again(&mut self, addr: u64) -> Option<u64> {
+        let r = self.repeat.as_ref()?;
+        if addr != r.addr || r.orig_size == 0 || self.parked.is_some() {
+            return None;
+        }
+        let (parked, kind, size, oversize, requested, freed_split) = (r.parked, r.kind, r.size, r.oversize, r.orig_size, r.freed_split);
+        self.blocks[parked.block].allocated = false;
+        self.stats.account_free_requested(kind, size, oversize);
+        self.parked = Some(parked);
+        self.stats.account_free_completed(kind, size, requested, freed_split);
+        Some(requested)
     }
 
     #[inline(never)]

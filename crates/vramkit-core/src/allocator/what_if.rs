@@ -125,6 +125,7 @@ impl<D: Device> CachingAllocator<D> {
             deferred_frees: self.deferred_frees.clone(),
             parked: self.parked,
             split_memo: self.split_memo,
+            repeat: None,
             parking: self.parking,
             last_rounding: self.last_rounding,
         };
