@@ -8,6 +8,7 @@
 
 mod error;
 pub mod ffi;
+mod lock;
 mod panic;
 pub mod process;
 mod registry;

@@ -1,6 +1,7 @@
-//! `SharedAllocator`: one device's [`CachingAllocator`] behind a mutex, as
+//! `SharedAllocator`: one device's [`CachingAllocator`] behind a lock, as
 //! PyTorch guards each `DeviceCachingAllocator` with a mutex, plus the
-//! checks a C boundary needs.
+//! checks a C boundary needs. The lock is [`AllocatorLock`], whose unlock
+//! is a plain store (`lock.rs`).
 //!
 //! The core trusts its caller; a C caller can pass anything. So the front
 //! end lets the core refuse a free of an address that is not live (one
@@ -11,7 +12,8 @@
 use crate::Error;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use crate::lock::{AllocatorGuard, AllocatorLock};
+use std::sync::PoisonError;
 use vramkit_core::{
     memory_summary, AddrMap, AllocatorConfig, CachingAllocator, Device, DeviceAddr, DeviceStats, HistoryConfig, Snapshot,
     StreamId, SummaryLayout,
@@ -39,7 +41,7 @@ struct State<D: Device> {
 }
 
 /// A thread-safe front end for one device: a [`CachingAllocator`] behind a
-/// mutex, with boundary checks on `free` and `record_stream`.
+/// lock, with boundary checks on `free` and `record_stream`.
 ///
 /// ```
 /// use vramkit_capi::SharedAllocator;
@@ -55,7 +57,7 @@ struct State<D: Device> {
 #[derive(Debug)]
 pub struct SharedAllocator<D: Device> {
     device_index: i32,
-    state: Mutex<State<D>>,
+    state: AllocatorLock<State<D>>,
     boundary_errors: AtomicU64,
 }
 
@@ -66,7 +68,7 @@ impl<D: Device> SharedAllocator<D> {
         let allocator = CachingAllocator::new(device, config).with_device_index(i64::from(device_index));
         SharedAllocator {
             device_index,
-            state: Mutex::new(State { allocator, freed: AddrMap::default(), last_freed: 0 }),
+            state: AllocatorLock::new(State { allocator, freed: AddrMap::default(), last_freed: 0 }),
             boundary_errors: AtomicU64::new(0),
         }
     }
@@ -78,13 +80,13 @@ impl<D: Device> SharedAllocator<D> {
 
     /// The state, for a call that changes it: refused after a panic inside
     /// the lock, since the allocator may be half way through an update.
-    fn lock_for_change(&self) -> Result<MutexGuard<'_, State<D>>, Error> {
+    fn lock_for_change(&self) -> Result<AllocatorGuard<'_, State<D>>, Error> {
         self.state.lock().map_err(|_| Error::Poisoned { device: self.device_index })
     }
 
     /// The state, for a call that only reads it: still served after a panic,
     /// since a summary is what one wants then.
-    fn lock_for_read(&self) -> MutexGuard<'_, State<D>> {
+    fn lock_for_read(&self) -> AllocatorGuard<'_, State<D>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
