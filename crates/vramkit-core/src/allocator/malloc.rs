@@ -62,7 +62,7 @@ impl<D: Device> CachingAllocator<D> {
                 self.complete_repeat(repeat, p, orig_size, inactive_split);
                 return Ok(addr);
             }
-            self.settle_parked();
+            return self.malloc_beside_parked(params, context);
         }
         self.malloc_from_pool(params, context)
     }
@@ -70,13 +70,48 @@ impl<D: Device> CachingAllocator<D> {
     /// 3.1 to 3.5 with no parked free: best fit, else a new segment or the
     /// retry ladder; then the split and the bookkeeping.
     #[inline(never)]
-    fn malloc_from_pool(&mut self, mut params: AllocParams, context: Option<Frames>) -> Result<u64, Error> {
+    fn malloc_from_pool(&mut self, params: AllocParams, context: Option<Frames>) -> Result<u64, Error> {
+        self.count_get_free_block(params.pool);
+        let found = self.find_free_block(&params);
+        self.malloc_found(params, found, context)
+    }
+
+    /// 3.1 to 3.5 beside a parked free that the request does not take back
+    /// whole: best fit as if its merge were done. When that picks the
+    /// merged block and splits it, the split is made where the parked pair
+    /// lies (`resplit`); else the merge is done and the block best fit
+    /// found is used, with no second search.
+    #[inline(never)]
+    fn malloc_beside_parked(&mut self, params: AllocParams, context: Option<Frames>) -> Result<u64, Error> {
+        self.count_get_free_block(params.pool);
+        let found = self.find_free_block(&params);
+        if let Some(p) = self.parked.filter(|p| found.is_some_and(|e| e.id == p.block)) {
+            if let Some(inactive_split) = self.resplit(p, &params) {
+                let addr = self.blocks[p.block].addr;
+                self.hand_out(&params, p.block, addr, params.size, inactive_split, Peak::MayRise, context);
+                return Ok(addr);
+            }
+        }
+        self.settle_parked();
+        self.malloc_found(params, found, context)
+    }
+
+    /// 3.1's result `found` (a free block, or none: grow), carved and accounted.
+    #[inline(always)]
+    fn malloc_found(&mut self, mut params: AllocParams, found: Option<FreeEntry>, context: Option<Frames>) -> Result<u64, Error> {
         // Free-memory callbacks (CUDA IPC collection in PyTorch) free nothing
         // here, so there is no second search.
-        let found = self.get_free_block(&mut params);
-        if !found {
-            self.grow(&mut params, &context)?;
-        }
+        let found = match found {
+            Some(e) => {
+                params.block = Some(e.id);
+                params.hint = e.index;
+                true
+            }
+            None => {
+                self.grow(&mut params, &context)?;
+                false
+            }
+        };
         let id = params.block.expect("a block was found or made");
         let (block, addr) = self.alloc_found_block(&params, id, context);
         if found && block != id {

@@ -297,6 +297,38 @@ impl<D: Device> CachingAllocator<D> {
         (b.addr, inactive_split)
     }
 
+    /// Hands the parked block out for `params`, which best fit serves
+    /// from the merged block the parked free stands for, when 3.3 splits
+    /// it: the split moves to `params.size` bytes from the block's start.
+    /// The freed block is the part handed out and the neighbour the rest,
+    /// as in `unpark` (the rest's record restarts its age and keeps the
+    /// size last asked of the freed block); the rest's free-set entry is
+    /// rekeyed in place. Returns how the split moves `inactive_split`, or
+    /// `None` (nothing changed) when 3.3 would hand the merged block out whole.
+    #[inline(always)]
+    pub(crate) fn resplit(&mut self, p: Parked, params: &super::malloc::AllocParams) -> Option<(i64, i64)> {
+        let (b, n) = (&self.blocks[p.block], &self.blocks[p.next]);
+        let (size, merged) = (params.size, b.size + n.size);
+        debug_assert!(size <= merged && (params.pool, params.stream) == (p.pool, p.stream));
+        if !self.should_split(p.pool, size, merged - size) {
+            return None;
+        }
+        debug_assert_eq!(b.registration_counter, n.registration_counter, "the parts of one segment share its counter");
+        let (addr, split, old_key) = (b.addr, b.prev.is_some() || n.next.is_some(), FreeKey::of(n));
+        self.parked = None;
+        let b = &mut self.blocks[p.block];
+        b.allocated = true;
+        b.size = size;
+        let last_requested = std::mem::replace(&mut b.requested_size, params.orig_size);
+        let n = &mut self.blocks[p.next];
+        n.addr = addr + size;
+        n.size = merged - size;
+        n.requested_size = last_requested;
+        self.put_into_pool(p.next, Some((old_key, crate::pool::NOWHERE)));
+        self.remember_split(p.pool, p.block, p.next);
+        Some(if split { (0, -(size as i64)) } else { (1, (merged - size) as i64) })
+    }
+
     /// Remembers that best fit split `block` off the low end of `rest`, in `pool`.
     #[inline(always)]
     pub(crate) fn remember_split(&mut self, pool: PoolIdx, block: BlockId, rest: BlockId) {
