@@ -71,6 +71,8 @@ pub(crate) struct Driver<'a> {
     reading: Cow<'a, Reading>,
     /// Follow `reading` instead of judging.
     following: bool,
+    /// How each entry is applied (following only; empty when judging).
+    plan: &'a [Plan],
     /// Per block: its address in the model, [`RECORDED`] or [`FAILED`].
     addr: Vec<u64>,
     /// Per block: the stream of the event it waits on (`record_stream`), or [`NOT_HELD`].
@@ -124,13 +126,13 @@ impl<'a> Driver<'a> {
         }
         let routing = prepared.route(&pools);
         let reading = Reading { entries: actions.len(), calls: Vec::new(), by_sync, held_pairs: Vec::new(), pools };
-        Driver::with(prepared, prepared.runs(), Cow::Owned(reading), Cow::Owned(routing), false)
+        Driver::with(prepared, prepared.runs(), Cow::Owned(reading), Cow::Owned(routing), &[], false)
     }
 
     /// A driver that follows the reading judged for `prepared` instead of
     /// judging against its own model.
     pub fn following(prepared: &'a PreparedTrace<'_>, judged: &'a Judged) -> Driver<'a> {
-        Driver::with(prepared, &[], Cow::Borrowed(&judged.reading), Cow::Borrowed(&judged.routing), true)
+        Driver::with(prepared, &[], Cow::Borrowed(&judged.reading), Cow::Borrowed(&judged.routing), &judged.plan, true)
     }
 
     fn with(
@@ -138,6 +140,7 @@ impl<'a> Driver<'a> {
         runs: &'a [(usize, ReleaseRun)],
         reading: Cow<'a, Reading>,
         routing: Cow<'a, PoolRouting>,
+        plan: &'a [Plan],
         following: bool,
     ) -> Driver<'a> {
         let blocks = prepared.blocks();
@@ -147,6 +150,7 @@ impl<'a> Driver<'a> {
             runs,
             reading,
             following,
+            plan,
             addr: vec![RECORDED; blocks.count()],
             hold: vec![NOT_HELD; blocks.count()],
             held: 0,
@@ -257,10 +261,7 @@ impl<'a> Driver<'a> {
                     Some(pool) => model.malloc_in_pool(e.size, StreamId(e.stream), pool),
                     None => malloc(model, e.size, StreamId(e.stream)),
                 };
-                self.clear_queued_addresses(model);
-                self.free_overdue(model);
-                self.addr[self.blocks.of(i) as usize] = got.as_ref().map_or(FAILED, |p| p.0);
-                Step::Alloc(got)
+                Step::Alloc(self.allocated(model, i, got))
             }
             TraceAction::FreeRequested => {
                 let block = self.blocks.of(i);
@@ -289,15 +290,7 @@ impl<'a> Driver<'a> {
                 if !self.following && self.reading.by_sync[i] && run_start {
                     self.check_sync_run(model, i);
                 }
-                let block = self.blocks.of(i);
-                if let Some(stream) = self.take_hold(block) {
-                    if self.reading.by_sync[i] {
-                        self.overdue.push(stream);
-                    } else {
-                        model.device_mut().complete_stream(stream);
-                    }
-                }
-                self.addr[block as usize] = RECORDED;
+                self.completed(model, i);
                 if self.freed_by_quiet_sync(i) {
                     model.process_events();
                 }
@@ -365,6 +358,68 @@ impl<'a> Driver<'a> {
                 Step::Oom { failed }
             }
             _ => Step::Other,
+        }
+    }
+
+    /// The `malloc` of the `alloc` at `i` answered `got`: the driver's
+    /// bookkeeping after it.
+    #[inline(always)]
+    fn allocated(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize, got: Result<DeviceAddr, Error>) -> Result<DeviceAddr, Error> {
+        self.clear_queued_addresses(model);
+        self.free_overdue(model);
+        self.addr[self.blocks.of(i) as usize] = got.as_ref().map_or(FAILED, |p| p.0);
+        got
+    }
+
+    /// The `free_completed` at `i`: a held block's event completes (or is
+    /// left to the synchronisation that emitted the entry), and the block's
+    /// recorded address is its name again.
+    #[inline(always)]
+    fn completed(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize) {
+        let block = self.blocks.of(i);
+        if let Some(stream) = self.take_hold(block) {
+            if self.reading.by_sync[i] {
+                self.overdue.push(stream);
+            } else {
+                model.device_mut().complete_stream(stream);
+            }
+        }
+        self.addr[block as usize] = RECORDED;
+    }
+
+    /// Forgets the plan: every entry goes through `apply` (tests compare).
+    #[cfg(test)]
+    pub fn without_plan(&mut self) {
+        self.plan = &[];
+    }
+
+    /// How entry `i` is applied, when following a reading.
+    #[inline(always)]
+    pub fn plan(&self, i: usize) -> Plan {
+        self.plan.get(i).copied().unwrap_or(Plan::Apply)
+    }
+
+    /// Applies entry `i` (`e`) as its [`Plan`] says, with what `apply`
+    /// does there: a plan other than `Apply` is one of `apply`'s cases,
+    /// told apart once per trace instead of at every entry.
+    #[inline(always)]
+    pub fn apply_planned(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize, e: Entry, plan: Plan) -> Step {
+        match plan {
+            Plan::Malloc => {
+                let got = malloc(model, e.size, StreamId(e.stream));
+                Step::Alloc(self.allocated(model, i, got))
+            }
+            Plan::Free => {
+                if let Some(p) = self.model_addr(self.blocks.of(i), e.addr) {
+                    free(model, DeviceAddr(p));
+                }
+                Step::Other
+            }
+            Plan::Completed => {
+                self.completed(model, i);
+                Step::Other
+            }
+            Plan::Apply => self.apply(model, i, e),
         }
     }
 
@@ -485,6 +540,54 @@ impl<'a> Driver<'a> {
         }
     }
 
+}
+
+/// How a driver that follows a reading applies an entry. The plain cases
+/// (most entries of most traces) are told apart once per trace, with the
+/// reading, rather than at every entry of every replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// An `alloc` that no private pool serves: a `malloc`.
+    Malloc,
+    /// A `free_requested` directly followed by its `free_completed`, its
+    /// block not held: a plain `free`.
+    Free,
+    /// That `free_completed`: no synchronisation emitted it.
+    Completed,
+    /// Anything else: [`Driver::apply`] looks at it.
+    Apply,
+}
+
+impl Plan {
+    /// Whether applying the entry may raise reserved bytes (a free or a
+    /// completion only gives memory back to the cache).
+    #[inline(always)]
+    pub fn may_reserve(self) -> bool {
+        matches!(self, Plan::Malloc | Plan::Apply)
+    }
+}
+
+/// The plan of every entry of `events`, under `reading` and `routing`:
+/// each plain case exactly where `Driver::apply`, following them, would
+/// take that case's path.
+pub(crate) fn plan(events: &Entries, reading: &Reading, routing: &PoolRouting) -> Vec<Plan> {
+    let (actions, addrs) = (events.actions(), events.addrs());
+    let mut plan = vec![Plan::Apply; actions.len()];
+    for i in 0..actions.len() {
+        match actions[i] {
+            TraceAction::Alloc if routing.pool(i).is_none() => plan[i] = Plan::Malloc,
+            TraceAction::FreeRequested
+                if actions.get(i + 1) == Some(&TraceAction::FreeCompleted)
+                    && addrs[i + 1] == addrs[i]
+                    && reading.held_pairs.binary_search(&i).is_err() =>
+            {
+                plan[i] = Plan::Free;
+                plan[i + 1] = Plan::Completed;
+            }
+            _ => {}
+        }
+    }
+    plan
 }
 
 /// The model's `malloc`, called rather than inlined: vramkit-core inlines

@@ -119,6 +119,12 @@ impl Timeline {
         Timeline { every, in_bucket: 0, hi_reserved: Sample::default(), hi_allocated: Sample::default(), samples: Vec::new(), enabled }
     }
 
+    /// Whether it keeps samples at all.
+    #[inline]
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     #[inline]
     pub fn push(&mut self, s: Sample) {
         if !self.enabled {

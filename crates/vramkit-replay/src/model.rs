@@ -194,7 +194,8 @@ impl<'a> ModelRun<'a> {
         let (trace, blocks, m) = (self.trace, self.blocks, &mut self.m);
         let (from, until) = (self.applied, until.min(trace.events.len()));
         for (i, e) in (from..).zip(trace.events.iter_range(from..until)) {
-            match self.driver.apply(&mut self.model, i, e) {
+            let plan = self.driver.plan(i);
+            match self.driver.apply_planned(&mut self.model, i, e, plan) {
                 Step::Alloc(Ok(_)) => {
                     self.requested[blocks.of(i) as usize] = Some(e.size);
                     self.lower.add(e.size);
@@ -219,6 +220,11 @@ impl<'a> ModelRun<'a> {
                         }
                     }
                 }
+            }
+            // Reserved bytes grow only in a request (or a release run's
+            // synchronisation, which `Apply` covers): a free leaves the peak.
+            if !plan.may_reserve() && !self.timeline.enabled() {
+                continue;
             }
             let now = self.model.current_bytes();
             if now.reserved > self.peak_reserved {
@@ -281,5 +287,74 @@ impl PreparedTrace<'_> {
         timeline_points: usize,
     ) -> Result<(Metrics, PeakState), ReplayError> {
         run(self, config, capacity_bytes, timeline_points, true).map(|(m, s)| (m, s.unwrap_or_default()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramkit_core::{DeviceAddr, HistoryConfig, StreamId};
+    use vramkit_sim::{EventMode, XorShift};
+
+    /// A program on two streams that also uses blocks on side streams
+    /// (`record_stream`), so some frees are held and some completions come
+    /// from a synchronisation, with `empty_cache()` calls and refusals.
+    fn recorded(seed: u64, capacity: u64) -> DeviceTrace {
+        let device = SimDevice::new(capacity).with_event_mode(EventMode::Manual).with_first_fit();
+        let mut a = CachingAllocator::new(device, AllocatorConfig::pytorch_default());
+        a.record_history(Some(HistoryConfig::default()));
+        let mut rng = XorShift::new(seed | 1);
+        let mut live: Vec<DeviceAddr> = Vec::new();
+        for _ in 0..3000 {
+            match rng.below(20) {
+                0..=9 => {
+                    let size = if rng.below(2) == 0 { 1 + rng.below(1 << 20) } else { (1 << 20) + rng.below(40 << 20) };
+                    if let Ok(p) = a.malloc(size, StreamId(rng.below(2) * 7)) {
+                        live.push(p);
+                    }
+                }
+                10..=16 if !live.is_empty() => {
+                    let p = live.swap_remove(rng.below(live.len() as u64) as usize);
+                    if rng.below(4) == 0 {
+                        a.record_stream(p, StreamId(1000 + rng.below(2))).unwrap();
+                    }
+                    a.free(p).unwrap();
+                }
+                17 => a.device_mut().complete_stream(StreamId(1000 + rng.below(2))),
+                18 if rng.below(5) == 0 => a.empty_cache(),
+                _ => {}
+            }
+        }
+        DeviceTrace::split(&a.snapshot()).remove(0)
+    }
+
+    /// A replay that takes the planned paths gives what one that sends
+    /// every entry through `Driver::apply` gives: figures, timeline and
+    /// the state at the peak, under several settings and capacities.
+    #[test]
+    fn planned_entries_replay_as_applied_ones() {
+        let mut planned_frees = 0;
+        for seed in 1..=6 {
+            let capacity = if seed % 2 == 0 { 1 << 30 } else { u64::MAX };
+            let trace = recorded(seed, capacity);
+            let recorded = AllocatorConfig::pytorch_default();
+            let prepared = PreparedTrace::new(&trace, recorded.clone(), (capacity != u64::MAX).then_some(capacity)).unwrap();
+            planned_frees += prepared.judged().unwrap().plan.iter().filter(|&&p| p == crate::drive::Plan::Free).count();
+            for conf in ["", "max_split_size_mb:20", "expandable_segments:True", "roundup_power2_divisions:4"] {
+                let config = AllocatorConfig::parse(conf).unwrap();
+                for (capacity, points) in [(None, 0), (None, 64), (Some(capacity / 2), 0), (Some(capacity / 2), 64)] {
+                    let replay = |plan: bool| {
+                        let mut run = ModelRun::start(&prepared, &config, capacity, points, true).unwrap();
+                        if !plan {
+                            run.driver.without_plan();
+                        }
+                        run.advance(usize::MAX).unwrap();
+                        run.finish()
+                    };
+                    assert_eq!(replay(true), replay(false), "seed {seed}, {conf:?}, capacity {capacity:?}, {points} points");
+                }
+            }
+        }
+        assert!(planned_frees > 1000, "the plan covers the plain frees ({planned_frees})");
     }
 }

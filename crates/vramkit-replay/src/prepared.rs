@@ -20,6 +20,7 @@
 //! this one and this one on none of them.
 
 use crate::blocks::Blocks;
+use crate::drive::Plan;
 use crate::pools::{Overrides, PoolRouting};
 use crate::reading::Reading;
 use crate::releases::{classify_with_capacity, ReleaseRun};
@@ -62,6 +63,16 @@ pub(crate) struct Judged {
     pub(crate) reading: Arc<Reading>,
     /// Where each allocation went (see `pools`), under that reading.
     pub(crate) routing: PoolRouting,
+    /// How a driver following them applies each entry (see `drive`).
+    pub(crate) plan: Vec<Plan>,
+}
+
+impl Judged {
+    /// The judgement of `trace`'s entries: `reading`, with `routing`.
+    pub(crate) fn new(trace: &DeviceTrace, reading: Arc<Reading>, routing: PoolRouting) -> Judged {
+        let plan = crate::drive::plan(&trace.events, &reading, &routing);
+        Judged { reading, routing, plan }
+    }
 }
 
 impl<'t> PreparedTrace<'t> {

@@ -129,7 +129,7 @@ impl PreparedTrace<'_> {
         self.judged_once()
             .get_or_init(|| {
                 let (_, reading, routing) = recorded_pass(self, Compare::Placements)?;
-                Ok(Judged { reading: Arc::new(reading), routing })
+                Ok(Judged::new(self.trace(), Arc::new(reading), routing))
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -147,7 +147,7 @@ impl PreparedTrace<'_> {
             )));
         }
         let routing = self.route(&reading.pools);
-        let _ = self.judged_once().set(Ok(Judged { reading, routing }));
+        let _ = self.judged_once().set(Ok(Judged::new(self.trace(), reading, routing)));
         Ok(())
     }
 
@@ -157,7 +157,7 @@ impl PreparedTrace<'_> {
     /// reading this replay judges is kept.
     pub fn verify(&self) -> Result<VerifyReport, ReplayError> {
         let (report, reading, routing) = recorded_pass(self, Compare::All)?;
-        let _ = self.judged_once().set(Ok(Judged { reading: Arc::new(reading), routing }));
+        let _ = self.judged_once().set(Ok(Judged::new(self.trace(), Arc::new(reading), routing)));
         Ok(report)
     }
 
