@@ -147,7 +147,6 @@ impl<D: Device> CachingAllocator<D> {
         b.set_context_when_allocated(None);
 
         let parked = if may_park { self.park(id) } else { None };
-        let is_parked = parked.is_some();
         let (merged, subsumed, expandable, split, size) = match parked {
             Some(m) => (1, m.subsumed, false, m.split, m.size),
             None => {
@@ -164,9 +163,6 @@ impl<D: Device> CachingAllocator<D> {
         };
         let kind = self.pools[pool.0 as usize].kind;
         self.stats.account_free_completed(kind, original_size, requested, inactive_split);
-        if is_parked {
-            self.begin_repeat(id, kind, original_size, inactive_split);
-        }
     }
 
     /// Merges the free block `id` (in no pool) with its free neighbours of

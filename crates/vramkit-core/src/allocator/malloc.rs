@@ -51,7 +51,7 @@ impl<D: Device> CachingAllocator<D> {
         if let Some(addr) = self.malloc_again(orig_size, stream) {
             return Ok(addr);
         }
-        let repeat = self.repeat.take();
+        self.repeat = None;
         let size = self.rounded(orig_size);
         let params = self.alloc_params_rounded(orig_size, size, stream);
         if self.parked.is_some() {
@@ -59,7 +59,7 @@ impl<D: Device> CachingAllocator<D> {
                 self.count_get_free_block(params.pool);
                 let (addr, inactive_split) = self.unpark(p, &params);
                 self.hand_out(&params, p.block, addr, params.size, inactive_split, Peak::Unchanged, context);
-                self.complete_repeat(repeat, p, orig_size, inactive_split);
+                self.begin_repeat(p, orig_size, inactive_split);
                 return Ok(addr);
             }
             return self.malloc_beside_parked(params, context);

@@ -72,8 +72,8 @@ pub(crate) struct SplitMemo {
     pub generation: u64,
 }
 
-/// A parked free done in full, and (once `orig_size` is set) the request
-/// that took its block back: what doing them again does (see "Repeats").
+/// A parked free and the request that took its block back, both done in
+/// full: what doing them again does (see "Repeats").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Repeat {
     /// The parked free the `free` made.
@@ -86,8 +86,7 @@ pub(crate) struct Repeat {
     pub oversize: bool,
     /// What the free did to `inactive_split` (count, bytes).
     pub freed_split: (i64, i64),
-    /// The bytes the request that took the block back asked for; 0 until
-    /// one has (a request of 0 bytes never reaches the allocator).
+    /// The bytes the request that took the block back asked for.
     pub orig_size: u64,
     /// What taking it back did to `inactive_split`.
     pub taken_split: (i64, i64),
@@ -141,28 +140,22 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// Remembers the free that just parked block `id` (of pool kind `kind`,
-    /// `size` bytes), which moved `inactive_split` by `freed_split`, to be
-    /// repeated once a request has taken the block back.
-    #[inline(always)]
-    pub(crate) fn begin_repeat(&mut self, id: BlockId, kind: PoolKind, size: u64, freed_split: (i64, i64)) {
-        self.repeat = match self.parked {
-            Some(parked) if !self.gc_active() => {
-                debug_assert_eq!(parked.block, id);
-                let oversize = size >= self.config.max_split_size();
-                let addr = self.blocks[id].addr;
-                Some(Repeat { parked, addr, kind, size, oversize, freed_split, orig_size: 0, taken_split: (0, 0) })
-            }
-            _ => None,
-        };
-    }
-
     /// After the request for `orig_size` bytes took the parked free `p`
-    /// back in full, moving `inactive_split` by `taken_split`: the round
-    /// trip to repeat, if `repeat` (taken by that `malloc`) was its free.
+    /// back whole, moving `inactive_split` by `taken_split`: remembers
+    /// the round trip, to repeat. The free it repeats is the one that
+    /// parked `p`: the pair lies as it did then, so what that free did to
+    /// the statistics follows from it (as `complete_free` works it out
+    /// for a parked merge).
     #[inline(always)]
-    pub(crate) fn complete_repeat(&mut self, repeat: Option<Repeat>, p: Parked, orig_size: u64, taken_split: (i64, i64)) {
-        self.repeat = repeat.filter(|r| r.parked == p).map(|r| Repeat { orig_size, taken_split, ..r });
+    pub(crate) fn begin_repeat(&mut self, p: Parked, orig_size: u64, taken_split: (i64, i64)) {
+        if self.gc_active() {
+            return;
+        }
+        let (b, n) = (&self.blocks[p.block], &self.blocks[p.next]);
+        let freed_split = if b.prev.is_some() || n.next.is_some() { (0, b.size as i64) } else { (-1, -(n.size as i64)) };
+        let (addr, size, kind) = (b.addr, b.size, self.pools[p.pool.0 as usize].kind);
+        let oversize = size >= self.config.max_split_size();
+        self.repeat = Some(Repeat { parked: p, addr, kind, size, oversize, freed_split, orig_size, taken_split });
     }
 
     /// `malloc(orig_size, stream)` as a repeat of the round trip in
@@ -191,7 +184,7 @@ impl<D: Device> CachingAllocator<D> {
     #[inline(always)]
     pub(crate) fn free_again(&mut self, addr: u64) -> Option<u64> {
         let r = self.repeat.as_ref()?;
-        if addr != r.addr || r.orig_size == 0 || self.parked.is_some() {
+        if addr != r.addr || self.parked.is_some() {
             return None;
         }
         let (parked, kind, size, oversize, requested, freed_split) = (r.parked, r.kind, r.size, r.oversize, r.orig_size, r.freed_split);
