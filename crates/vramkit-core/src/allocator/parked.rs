@@ -16,6 +16,8 @@
 //!   neighbour ([`CachingAllocator::find_free_block`]); when that picks the
 //!   merged block and would split it back into the same two, it hands the
 //!   parked block out again (`unpark`), with the statistics of that split;
+//!   when it would split it elsewhere, the split moves to where the pair
+//!   lies (`resplit`); else the merge is done and the block found is used;
 //! - every other operation that reads or changes blocks first does the
 //!   merge (`settle_parked`), exactly as `free` would have, age included;
 //! - `segments()` shows the pair as the one block it stands for, and the
