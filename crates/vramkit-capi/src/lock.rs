@@ -5,13 +5,17 @@
 //! lock, one to unlock (which must learn whether a thread sleeps on the
 //! futex, to wake it). The malloc/free pair of the C entry points is two
 //! calls, so four such instructions, about 6 ns of a 36 ns pair here
-//! (BENCHMARKS.md). This lock takes one: a compare-exchange to lock, and a
-//! plain release store to unlock. No thread ever sleeps where the unlock
-//! would have to wake it; a thread that finds the lock taken spins a
-//! little (the holder is usually done within 100 ns), then yields, then
-//! sleeps in short, growing naps (at most [`MAX_NAP`]) and looks again. A
-//! holder that is slow (a `cudaMalloc`, an `empty_cache()`, a snapshot)
-//! costs a waiter at most one nap of latency and next to no CPU.
+//! (BENCHMARKS.md). This lock takes one when nobody waits: a
+//! compare-exchange to lock, and to unlock a load and a plain release
+//! store.
+//!
+//! It is the classic three-state lock (unlocked, locked, locked with
+//! waiters). A thread that finds it taken spins a little (the holder is
+//! usually done within 100 ns), then marks it contended and sleeps on a
+//! condition variable; an unlock that finds it contended wakes one
+//! sleeper. The one wake-up this can miss is a waiter that marks the lock
+//! between the unlock's load and its store: so sleepers wait at most
+//! [`MAX_NAP`] and look again, which bounds the cost of that rare race.
 //!
 //! Poisoning is `std`'s: a guard dropped while its thread panics marks
 //! the lock, and every later `lock()` returns `Err(PoisonError)` with the
@@ -21,43 +25,54 @@
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LockResult, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Condvar, LockResult, Mutex, PoisonError};
 use std::time::Duration;
 
-/// Spins (with the CPU's pause hint) before a waiter starts yielding.
+const UNLOCKED: u8 = 0;
+const LOCKED: u8 = 1;
+/// Locked, and a thread may sleep waiting for it.
+const CONTENDED: u8 = 2;
+
+/// Spins (with the CPU's pause hint) before a waiter sleeps.
 const SPINS: u32 = 100;
-/// `yield_now` calls before a waiter starts to nap.
-const YIELDS: u32 = 10;
-/// The first nap; each next one doubles, up to [`MAX_NAP`].
-const FIRST_NAP: Duration = Duration::from_micros(1);
-/// The longest nap: the most a waiter oversleeps a lock freed meanwhile.
-pub(crate) const MAX_NAP: Duration = Duration::from_micros(50);
+/// The longest a sleeper waits before it looks again (see the module doc).
+/// Long in tests, so that a sleeper no unlock wakes shows.
+pub(crate) const MAX_NAP: Duration = if cfg!(test) { Duration::from_secs(1) } else { Duration::from_micros(100) };
 
 /// A mutual-exclusion lock with `Mutex`'s interface and poisoning, whose
-/// unlock is a plain store (see the module doc).
+/// uncontended unlock is a plain store (see the module doc).
 pub(crate) struct AllocatorLock<T> {
-    locked: AtomicBool,
+    state: AtomicU8,
     poisoned: AtomicBool,
+    /// Where waiters sleep (the contended path only).
+    sleepers: Mutex<()>,
+    wake: Condvar,
     value: UnsafeCell<T>,
 }
 
 // SAFETY: the lock hands `&mut T` to one thread at a time (the guard exists
-// only between a successful compare-exchange to `true` and the release
-// store of `false`), so sharing the lock across threads shares `T` the way
+// only between a successful exchange from `UNLOCKED` and the release store
+// of `UNLOCKED`), so sharing the lock across threads shares `T` the way
 // `Mutex<T>` does: it needs `T: Send`, not `T: Sync`.
 unsafe impl<T: Send> Sync for AllocatorLock<T> {}
 
 impl<T> AllocatorLock<T> {
     pub(crate) fn new(value: T) -> Self {
-        AllocatorLock { locked: AtomicBool::new(false), poisoned: AtomicBool::new(false), value: UnsafeCell::new(value) }
+        AllocatorLock {
+            state: AtomicU8::new(UNLOCKED),
+            poisoned: AtomicBool::new(false),
+            sleepers: Mutex::new(()),
+            wake: Condvar::new(),
+            value: UnsafeCell::new(value),
+        }
     }
 
     /// Takes the lock, waiting as the module doc says. `Err` (with the
     /// guard) when a holder panicked: the value may be half way through a change.
     #[inline(always)]
     pub(crate) fn lock(&self) -> LockResult<AllocatorGuard<'_, T>> {
-        if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if self.state.compare_exchange_weak(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_err() {
             self.lock_contended();
         }
         let guard = AllocatorGuard { lock: self, panicking: std::thread::panicking() };
@@ -68,29 +83,42 @@ impl<T> AllocatorLock<T> {
         }
     }
 
-    /// The lock was taken (or the weak exchange failed spuriously): spin,
-    /// yield, then nap, looking with plain loads before each exchange.
+    /// The lock was taken (or the weak exchange failed spuriously): spin a
+    /// little, then mark it contended and sleep until an unlock wakes us
+    /// (or [`MAX_NAP`] passes).
     #[cold]
     #[inline(never)]
     fn lock_contended(&self) {
-        let mut tries = 0u32;
-        let mut nap = FIRST_NAP;
-        loop {
-            if !self.locked.load(Ordering::Relaxed)
-                && self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        for _ in 0..SPINS {
+            if self.state.load(Ordering::Relaxed) == UNLOCKED
+                && self.state.compare_exchange_weak(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok()
             {
                 return;
             }
-            if tries < SPINS {
-                std::hint::spin_loop();
-            } else if tries < SPINS + YIELDS {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(MAX_NAP);
-            }
-            tries = tries.saturating_add(1);
+            std::hint::spin_loop();
         }
+        loop {
+            // Taken this way the lock stays marked contended: its unlock
+            // then wakes a sleeper that may not exist (harmless).
+            if self.state.swap(CONTENDED, Ordering::Acquire) == UNLOCKED {
+                return;
+            }
+            let sleepers = self.sleepers.lock().unwrap_or_else(PoisonError::into_inner);
+            // An unlock stores UNLOCKED before it takes `sleepers` to wake
+            // someone: seen here, there is nothing to wait for.
+            if self.state.load(Ordering::Relaxed) == CONTENDED {
+                let _ = self.wake.wait_timeout(sleepers, MAX_NAP);
+            }
+        }
+    }
+
+    /// The unlock of a lock marked contended: wakes one sleeper.
+    #[cold]
+    #[inline(never)]
+    fn unlock_contended(&self) {
+        self.state.store(UNLOCKED, Ordering::Release);
+        let _sleepers = self.sleepers.lock().unwrap_or_else(PoisonError::into_inner);
+        self.wake.notify_one();
     }
 }
 
@@ -98,7 +126,7 @@ impl<T: std::fmt::Debug> std::fmt::Debug for AllocatorLock<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Not locked to print: a `{:?}` inside a held lock must not wait on itself.
         f.debug_struct("AllocatorLock")
-            .field("locked", &self.locked.load(Ordering::Relaxed))
+            .field("state", &self.state.load(Ordering::Relaxed))
             .field("poisoned", &self.poisoned.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
@@ -144,8 +172,14 @@ impl<T> Drop for AllocatorGuard<'_, T> {
             self.lock.poisoned.store(true, Ordering::Relaxed);
         }
         // Release: every write made under the lock is seen by the next
-        // holder, whose exchange acquires.
-        self.lock.locked.store(false, Ordering::Release);
+        // holder, whose exchange acquires. Nobody marked it contended: no
+        // read-modify-write (a waiter marking it just now may sleep one
+        // `MAX_NAP`, see the module doc).
+        if self.lock.state.load(Ordering::Relaxed) == LOCKED {
+            self.lock.state.store(UNLOCKED, Ordering::Release);
+        } else {
+            self.lock.unlock_contended();
+        }
     }
 }
 
@@ -185,8 +219,8 @@ mod tests {
         assert_eq!(lock.lock().unwrap().0, THREADS * ROUNDS);
     }
 
-    /// A waiter behind a slow holder naps, and gets the lock soon after
-    /// the holder lets it go.
+    /// A waiter behind a slow holder sleeps, and is woken when the holder
+    /// lets the lock go.
     #[test]
     fn a_waiter_behind_a_slow_holder_gets_the_lock() {
         let lock = AllocatorLock::new(0u32);
@@ -202,7 +236,8 @@ mod tests {
             let released = Instant::now();
             drop(held);
             let taken = waiter.join().unwrap();
-            // One nap at most, and the scheduler's slack.
+            // Woken by the unlock (a nap is a second in tests), and the
+            // scheduler's slack.
             assert!(taken.duration_since(released) < Duration::from_millis(50));
         });
         assert_eq!(*lock.lock().unwrap(), 1);
@@ -222,6 +257,6 @@ mod tests {
         let poisoned = lock.lock().expect_err("poisoned");
         assert_eq!(*poisoned.into_inner(), 5, "the value stays reachable");
         assert!(lock.lock().is_err(), "poisoning stays");
-        assert!(!lock.locked.load(Ordering::Relaxed), "the panicking guard unlocked");
+        assert_eq!(lock.state.load(Ordering::Relaxed), UNLOCKED, "the panicking guard unlocked");
     }
 }
