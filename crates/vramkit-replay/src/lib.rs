@@ -52,6 +52,7 @@ mod pools;
 pub mod metrics;
 pub mod model;
 pub mod oracle;
+mod plan;
 mod prepared;
 mod reading;
 pub mod releases;

@@ -339,7 +339,7 @@ mod tests {
             let trace = recorded(seed, capacity);
             let recorded = AllocatorConfig::pytorch_default();
             let prepared = PreparedTrace::new(&trace, recorded.clone(), (capacity != u64::MAX).then_some(capacity)).unwrap();
-            planned_frees += prepared.judged().unwrap().plan.iter().filter(|&&p| p == crate::drive::Plan::Free).count();
+            planned_frees += prepared.judged().unwrap().plan.iter().filter(|&&p| p == crate::plan::Plan::Free).count();
             for conf in ["", "max_split_size_mb:20", "expandable_segments:True", "roundup_power2_divisions:4"] {
                 let config = AllocatorConfig::parse(conf).unwrap();
                 for (capacity, points) in [(None, 0), (None, 64), (Some(capacity / 2), 0), (Some(capacity / 2), 64)] {

@@ -20,7 +20,7 @@
 //! this one and this one on none of them.
 
 use crate::blocks::Blocks;
-use crate::drive::Plan;
+use crate::plan::Plan;
 use crate::pools::{Overrides, PoolRouting};
 use crate::reading::Reading;
 use crate::releases::{classify_with_capacity, ReleaseRun};
@@ -70,7 +70,7 @@ pub(crate) struct Judged {
 impl Judged {
     /// The judgement of `trace`'s entries: `reading`, with `routing`.
     pub(crate) fn new(trace: &DeviceTrace, reading: Arc<Reading>, routing: PoolRouting) -> Judged {
-        let plan = crate::drive::plan(&trace.events, &reading, &routing);
+        let plan = crate::plan::plan(&trace.events, &reading, &routing);
         Judged { reading, routing, plan }
     }
 }
