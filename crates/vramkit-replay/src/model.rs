@@ -5,9 +5,9 @@
 //! New segments get addresses above every address the trace mentions, in
 //! allocation order, so results never depend on an arbitrary base.
 
-use crate::blocks::Blocks;
 use crate::drive::{Driver, Step};
 use crate::metrics::{LowerBound, Metrics, Sample, Timeline};
+use std::sync::PoisonError;
 use crate::prepared::PreparedTrace;
 use crate::reading::Reading;
 use crate::trace::DeviceTrace;
@@ -105,14 +105,15 @@ pub(crate) fn run(
 /// pause between entries and go on later ([`ModelRun::advance`]), and
 /// [`ModelRun::finish`] gives the figures of the entries applied.
 pub(crate) struct ModelRun<'a> {
+    prepared: &'a PreparedTrace<'a>,
     trace: &'a DeviceTrace,
-    blocks: &'a Blocks,
     model: CachingAllocator<SimDevice>,
     driver: Driver<'a>,
-    lower: LowerBound,
-    /// Per block (`blocks`): the bytes it asked for, and whether the model failed it.
-    requested: Vec<Option<u64>>,
-    failed: Vec<bool>,
+    /// The page the lower bound rounds large bytes to (`LowerBound`).
+    large_page: u64,
+    /// The `alloc` entries the model failed, ascending: the lower bound
+    /// leaves them out (worked out at the end, `PreparedTrace::lower_bound`).
+    failed_allocs: Vec<usize>,
     m: Metrics,
     timeline: Timeline,
     timeline_points: usize,
@@ -136,32 +137,26 @@ impl<'a> ModelRun<'a> {
         timeline_points: usize,
         keep_peak: bool,
     ) -> Result<ModelRun<'a>, ReplayError> {
-        let (trace, start) = (prepared.trace(), prepared.start());
+        let trace = prepared.trace();
         let base = (prepared.top_address() + SimDevice::DEFAULT_GRANULARITY).next_multiple_of(SimDevice::DEFAULT_GRANULARITY);
         let device = SimDevice::new(capacity_bytes.unwrap_or(u64::MAX))
             .with_base_address(base)
             .with_event_mode(vramkit_sim::EventMode::Manual)
             .with_first_fit();
         let mut model = prepared.start_model(config, device)?;
-        let page = if config.expandable_segments { config.large_segment_size_bytes } else { 0 };
-        let mut lower = LowerBound::new(page);
-        for b in start.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()) {
-            lower.add(b.requested_size);
-        }
+        let large_page = if config.expandable_segments { config.large_segment_size_bytes } else { 0 };
         let m = Metrics { events: trace.events.len() as u64, ..Metrics::default() };
         let timeline = Timeline::new(m.events, timeline_points);
         let mut driver = prepared.following_driver()?;
         driver.begin(&mut model);
-        let blocks = prepared.blocks();
         let peak = keep_peak.then(|| PeakState { event: 0, segments: model.segments() });
         Ok(ModelRun {
+            prepared,
             trace,
-            blocks,
             model,
             driver,
-            lower,
-            requested: vec![None; blocks.count()],
-            failed: vec![false; blocks.count()],
+            large_page,
+            failed_allocs: Vec::new(),
             m,
             timeline,
             timeline_points,
@@ -191,17 +186,13 @@ impl<'a> ModelRun<'a> {
 
     /// Applies the entries before `until` (cut at the trace's end).
     pub(crate) fn advance(&mut self, until: usize) -> Result<(), ReplayError> {
-        let (trace, blocks, m) = (self.trace, self.blocks, &mut self.m);
+        let (trace, m) = (self.trace, &mut self.m);
         let (from, until) = (self.applied, until.min(trace.events.len()));
         for (i, e) in (from..).zip(trace.events.iter_range(from..until)) {
             let plan = self.driver.plan(i);
             match self.driver.apply_planned(&mut self.model, i, e, plan) {
-                Step::Alloc(Ok(_)) => {
-                    self.requested[blocks.of(i) as usize] = Some(e.size);
-                    self.lower.add(e.size);
-                }
                 Step::Alloc(Err(Error::OutOfMemory(_))) => {
-                    self.failed[blocks.of(i) as usize] = true;
+                    self.failed_allocs.push(i);
                     m.oom_count += 1;
                     m.first_oom_event.get_or_insert(i as u64);
                 }
@@ -212,14 +203,7 @@ impl<'a> ModelRun<'a> {
                     m.oom_count += 1;
                     m.first_oom_event.get_or_insert(i as u64);
                 }
-                _ => {
-                    if e.action == TraceAction::FreeCompleted {
-                        let b = blocks.of(i) as usize;
-                        if !std::mem::take(&mut self.failed[b]) {
-                            self.lower.remove(self.requested[b].take().unwrap_or(e.size));
-                        }
-                    }
-                }
+                _ => {}
             }
             // Reserved bytes grow only in a request (or a release run's
             // synchronisation, which `Apply` covers): a free leaves the peak.
@@ -263,7 +247,7 @@ impl<'a> ModelRun<'a> {
         m.device_frees = st.num_device_free as u64;
         m.alloc_retries = st.num_alloc_retries as u64;
         m.largest_free_block_at_peak = self.largest_at_peak;
-        m.lower_bound_bytes = self.lower.peak;
+        m.lower_bound_bytes = self.prepared.lower_bound(self.large_page, self.applied, &self.failed_allocs);
         m.utilization = if m.peak_reserved_bytes == 0 { 0.0 } else { m.peak_allocated_bytes as f64 / m.peak_reserved_bytes as f64 };
         m.timeline = self.timeline.samples;
         (m, self.peak)
@@ -272,6 +256,63 @@ impl<'a> ModelRun<'a> {
 
 /// Model replays are questions asked of a prepared trace.
 impl PreparedTrace<'_> {
+    /// The lower bound of a model replay ([`Metrics::lower_bound_bytes`]):
+    /// the peak of the bytes live over the entries before `upto`, each
+    /// rounded as the allocator must (large ones to `large_page`), where
+    /// the model failed the `alloc` entries `failed` (ascending) and no
+    /// others. It depends on the settings only through those two, so it
+    /// is worked out once a replay ends rather than at every entry, and
+    /// kept for a whole trace with no failure (every candidate of a `tune`
+    /// that fits asks for that one).
+    pub(crate) fn lower_bound(&self, large_page: u64, upto: usize, failed: &[usize]) -> u64 {
+        let events = &self.trace().events;
+        let whole = upto >= events.len() && failed.is_empty();
+        let kept = |cache: &Vec<(u64, u64)>| cache.iter().find(|&&(page, _)| page == large_page).map(|&(_, peak)| peak);
+        if whole {
+            if let Some(peak) = kept(&self.lower_bounds().lock().unwrap_or_else(PoisonError::into_inner)) {
+                return peak;
+            }
+        }
+        let mut lower = LowerBound::new(large_page);
+        for b in self.start().segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()) {
+            lower.add(b.requested_size);
+        }
+        let blocks = self.blocks();
+        // Per block: the bytes it asked for (none: a block of the start
+        // state, whose free entry tells), and whether the model failed it.
+        let mut requested: Vec<Option<u64>> = vec![None; blocks.count()];
+        let mut failed_block = vec![false; blocks.count()];
+        let mut failed = failed.iter().copied().peekable();
+        let (actions, sizes) = (events.actions(), events.sizes());
+        for i in 0..upto.min(events.len()) {
+            match actions[i] {
+                TraceAction::Alloc => {
+                    let b = blocks.of(i) as usize;
+                    if failed.next_if_eq(&i).is_some() {
+                        failed_block[b] = true;
+                    } else {
+                        requested[b] = Some(sizes[i]);
+                        lower.add(sizes[i]);
+                    }
+                }
+                TraceAction::FreeCompleted => {
+                    let b = blocks.of(i) as usize;
+                    if !std::mem::take(&mut failed_block[b]) {
+                        lower.remove(requested[b].take().unwrap_or(sizes[i]));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if whole {
+            let mut cache = self.lower_bounds().lock().unwrap_or_else(PoisonError::into_inner);
+            if kept(&cache).is_none() {
+                cache.push((large_page, lower.peak));
+            }
+        }
+        lower.peak
+    }
+
     /// A model replay under `config` on a device of `capacity_bytes`
     /// (`None`: unlimited), keeping about `timeline_points` samples.
     pub fn model_replay(&self, config: &AllocatorConfig, capacity_bytes: Option<u64>, timeline_points: usize) -> Result<Metrics, ReplayError> {
@@ -356,5 +397,51 @@ mod tests {
             }
         }
         assert!(planned_frees > 1000, "the plan covers the plain frees ({planned_frees})");
+    }
+
+    /// The lower bound worked out when a replay ends is the one kept entry
+    /// by entry, by address: the model's failed allocations left out, up
+    /// to where the replay stopped; and a whole trace's, kept, is the same
+    /// when asked again.
+    #[test]
+    fn the_lower_bound_leaves_out_failed_allocations_up_to_where_the_replay_stopped() {
+        let mut failures = 0;
+        for seed in 1..=4 {
+            let capacity = 1 << 30;
+            let trace = recorded(seed, capacity);
+            let prepared = PreparedTrace::new(&trace, AllocatorConfig::pytorch_default(), Some(capacity)).unwrap();
+            let events = &trace.events;
+            for (conf, limit) in [("", None), ("", Some(capacity / 3)), ("expandable_segments:True", Some(capacity / 4))] {
+                let config = AllocatorConfig::parse(conf).unwrap();
+                for upto in [events.len() / 3, events.len()] {
+                    let mut run = ModelRun::start(&prepared, &config, limit, 0, false).unwrap();
+                    run.advance(upto).unwrap();
+                    let (failed, page) = (run.failed_allocs.clone(), run.large_page);
+                    failures += failed.len();
+                    let (m, _) = run.finish();
+                    let mut lower = LowerBound::new(page);
+                    for b in prepared.start().segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state.is_active()) {
+                        lower.add(b.requested_size);
+                    }
+                    let (mut live, mut failed_at) = (std::collections::HashMap::new(), std::collections::HashSet::new());
+                    for (i, e) in events.iter_range(0..upto).enumerate() {
+                        match e.action {
+                            TraceAction::Alloc if failed.contains(&i) => {
+                                failed_at.insert(e.addr);
+                            }
+                            TraceAction::Alloc => {
+                                live.insert(e.addr, e.size);
+                                lower.add(e.size);
+                            }
+                            TraceAction::FreeCompleted if !failed_at.remove(&e.addr) => lower.remove(live.remove(&e.addr).unwrap_or(e.size)),
+                            _ => {}
+                        }
+                    }
+                    assert_eq!(m.lower_bound_bytes, lower.peak, "seed {seed}, {conf:?} at {limit:?}, {upto} entries");
+                    assert_eq!(prepared.lower_bound(page, upto, &failed), lower.peak, "asked again");
+                }
+            }
+        }
+        assert!(failures > 0, "some allocations failed");
     }
 }

@@ -28,7 +28,7 @@ use crate::trace::DeviceTrace;
 use crate::window::{rebuild_start, StartState};
 use crate::ReplayError;
 use std::borrow::Cow;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use vramkit_core::{AllocatorConfig, CachingAllocator, TraceAction};
 use vramkit_sim::SimDevice;
 
@@ -54,6 +54,9 @@ pub struct PreparedTrace<'t> {
     blocks: Blocks,
     /// The reading and the routing it implies, judged once.
     judged: OnceLock<Result<Judged, ReplayError>>,
+    /// The lower bound of a whole replay that failed no allocation, by
+    /// the page it rounds to (`model`: `lower_bound`), once asked for.
+    lower_bounds: Mutex<Vec<(u64, u64)>>,
 }
 
 /// What the replay under the recorded settings found, which every other
@@ -116,6 +119,7 @@ impl<'t> PreparedTrace<'t> {
             top_address,
             blocks,
             judged: OnceLock::new(),
+            lower_bounds: Mutex::new(Vec::new()),
         })
     }
 
@@ -171,6 +175,11 @@ impl<'t> PreparedTrace<'t> {
     /// The reading and routing judged once (see `verify`), if they were.
     pub(crate) fn judged_once(&self) -> &OnceLock<Result<Judged, ReplayError>> {
         &self.judged
+    }
+
+    /// The lower bounds kept (see `model`: `lower_bound`).
+    pub(crate) fn lower_bounds(&self) -> &Mutex<Vec<(u64, u64)>> {
+        &self.lower_bounds
     }
 
     /// An allocator in the start state under `config`, on `device`
