@@ -262,13 +262,15 @@ impl PreparedTrace<'_> {
     /// the model failed the `alloc` entries `failed` (ascending) and no
     /// others. It depends on the settings only through those two, so it
     /// is worked out once a replay ends rather than at every entry, and
-    /// kept for a whole trace with no failure (every candidate of a `tune`
-    /// that fits asks for that one).
+    /// kept where no allocation failed (every candidate of a `tune` that
+    /// fits asks for the whole trace's, and those that stop, for the
+    /// trace up to one of a few places).
     pub(crate) fn lower_bound(&self, large_page: u64, upto: usize, failed: &[usize]) -> u64 {
         let events = &self.trace().events;
-        let whole = upto >= events.len() && failed.is_empty();
-        let kept = |cache: &Vec<(u64, u64)>| cache.iter().find(|&&(page, _)| page == large_page).map(|&(_, peak)| peak);
-        if whole {
+        let upto = upto.min(events.len());
+        let kept = |cache: &Vec<((u64, usize), u64)>| cache.iter().find(|&&(key, _)| key == (large_page, upto)).map(|&(_, peak)| peak);
+        let keep = failed.is_empty();
+        if keep {
             if let Some(peak) = kept(&self.lower_bounds().lock().unwrap_or_else(PoisonError::into_inner)) {
                 return peak;
             }
@@ -284,7 +286,7 @@ impl PreparedTrace<'_> {
         let mut failed_block = vec![false; blocks.count()];
         let mut failed = failed.iter().copied().peekable();
         let (actions, sizes) = (events.actions(), events.sizes());
-        for i in 0..upto.min(events.len()) {
+        for i in 0..upto {
             match actions[i] {
                 TraceAction::Alloc => {
                     let b = blocks.of(i) as usize;
@@ -304,10 +306,10 @@ impl PreparedTrace<'_> {
                 _ => {}
             }
         }
-        if whole {
+        if keep {
             let mut cache = self.lower_bounds().lock().unwrap_or_else(PoisonError::into_inner);
             if kept(&cache).is_none() {
-                cache.push((large_page, lower.peak));
+                cache.push(((large_page, upto), lower.peak));
             }
         }
         lower.peak

@@ -54,9 +54,10 @@ pub struct PreparedTrace<'t> {
     blocks: Blocks,
     /// The reading and the routing it implies, judged once.
     judged: OnceLock<Result<Judged, ReplayError>>,
-    /// The lower bound of a whole replay that failed no allocation, by
-    /// the page it rounds to (`model`: `lower_bound`), once asked for.
-    lower_bounds: Mutex<Vec<(u64, u64)>>,
+    /// The lower bound of a replay that failed no allocation, by the page
+    /// it rounds to and the entries it applied (`model`: `lower_bound`),
+    /// once asked for.
+    lower_bounds: Mutex<Vec<((u64, usize), u64)>>,
 }
 
 /// What the replay under the recorded settings found, which every other
@@ -178,7 +179,7 @@ impl<'t> PreparedTrace<'t> {
     }
 
     /// The lower bounds kept (see `model`: `lower_bound`).
-    pub(crate) fn lower_bounds(&self) -> &Mutex<Vec<(u64, u64)>> {
+    pub(crate) fn lower_bounds(&self) -> &Mutex<Vec<((u64, usize), u64)>> {
         &self.lower_bounds
     }
 
