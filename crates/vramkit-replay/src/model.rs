@@ -7,12 +7,11 @@
 
 use crate::drive::{Driver, Step};
 use crate::metrics::{LowerBound, Metrics, Sample, Timeline};
-use std::sync::PoisonError;
 use crate::prepared::PreparedTrace;
 use crate::reading::Reading;
 use crate::trace::DeviceTrace;
 use crate::ReplayError;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use vramkit_core::{AllocatorConfig, CachingAllocator, Error, SegmentInfo, TraceAction};
 use vramkit_sim::SimDevice;
 
@@ -106,7 +105,6 @@ pub(crate) fn run(
 /// [`ModelRun::finish`] gives the figures of the entries applied.
 pub(crate) struct ModelRun<'a> {
     prepared: &'a PreparedTrace<'a>,
-    trace: &'a DeviceTrace,
     model: CachingAllocator<SimDevice>,
     driver: Driver<'a>,
     /// The page the lower bound rounds large bytes to (`LowerBound`).
@@ -152,7 +150,6 @@ impl<'a> ModelRun<'a> {
         let peak = keep_peak.then(|| PeakState { event: 0, segments: model.segments() });
         Ok(ModelRun {
             prepared,
-            trace,
             model,
             driver,
             large_page,
@@ -175,7 +172,7 @@ impl<'a> ModelRun<'a> {
 
     /// Every entry is applied.
     pub(crate) fn done(&self) -> bool {
-        self.applied == self.trace.events.len()
+        self.applied == self.prepared.trace().events.len()
     }
 
     /// The figures so far.
@@ -186,7 +183,7 @@ impl<'a> ModelRun<'a> {
 
     /// Applies the entries before `until` (cut at the trace's end).
     pub(crate) fn advance(&mut self, until: usize) -> Result<(), ReplayError> {
-        let (trace, m) = (self.trace, &mut self.m);
+        let (trace, m) = (self.prepared.trace(), &mut self.m);
         let (from, until) = (self.applied, until.min(trace.events.len()));
         for (i, e) in (from..).zip(trace.events.iter_range(from..until)) {
             let plan = self.driver.plan(i);
