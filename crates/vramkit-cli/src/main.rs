@@ -19,7 +19,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // A test build of the workspace turns on core's per-operation checks;
     // the tool itself does not need them (core's own tests keep them).
-    vramkit_core::set_invariant_checks(false);
+    vramkit_core::set_invariant_checks(vramkit_core::InvariantChecks::Off);
     let args = cli::Cli::parse();
     let result = match args.command {
         cli::Command::Summary(a) => summary::run(a),

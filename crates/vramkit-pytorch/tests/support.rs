@@ -42,6 +42,15 @@ pub fn harness(release: &'static Release) -> Option<Harness> {
         .clone()
 }
 
+/// Samples vramkit's invariant checker for this test process
+/// ([`vramkit_core::InvariantChecks::Sampled`]) instead of running it after
+/// every operation, which `cargo test --workspace` turns on: the sweeps
+/// hold vramkit to PyTorch's numbers, and vramkit-core's own tests check
+/// every operation. [`run_on_vramkit`] still checks each program's end.
+pub fn sampled_invariant_checks() {
+    vramkit_core::set_invariant_checks(vramkit_core::InvariantChecks::Sampled);
+}
+
 /// The settings swept: PyTorch's defaults, each key alone, and pairs.
 pub const SETTINGS: &[&str] = &[
     "",
@@ -139,6 +148,9 @@ pub fn run_on_vramkit(
             Op::Stats => out.stats.push((line, alloc.memory_stats())),
             Op::RecordStream { .. } | Op::Snapshot(_) | Op::TimePairs { .. } => {}
         }
+    }
+    if let Err(violation) = alloc.check_invariants() {
+        panic!("after the program's last operation: allocator invariant broken: {violation}");
     }
     out
 }

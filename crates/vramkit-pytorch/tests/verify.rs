@@ -30,6 +30,7 @@ fn unrepeated_pool_gap(version: &str, label: &str) -> bool {
 
 #[test]
 fn recordings_verify_exactly() {
+    crate::support::sampled_invariant_checks();
     let mut failures = Vec::new();
     let mut report = Vec::new();
     let mut recordings = 0u64;
@@ -152,6 +153,7 @@ const PINNED: &[(&str, &str, &str, u64)] = &[
 
 #[test]
 fn pinned_recordings_verify_exactly() {
+    crate::support::sampled_invariant_checks();
     let mut failures = Vec::new();
     for &(version, kind, conf, seed) in PINNED {
         let Some(release) = releases().into_iter().find(|r| r.version == version) else { continue };

@@ -19,6 +19,7 @@ fn request_lines(program: &Program) -> Vec<usize> {
 
 #[test]
 fn what_if_equals_pytorchs_direct_run() {
+    crate::support::sampled_invariant_checks();
     let mut failures = Vec::new();
     let mut pairs = 0;
     for release in releases() {

@@ -90,3 +90,11 @@ pub enum ReplayError {
     #[error("the model allocator failed: {0}")]
     Model(String),
 }
+
+/// For unit tests that replay whole traces: samples the allocator's
+/// invariant checker (as the integration tests do) instead of running it
+/// after every operation, which `cargo test --workspace` turns on.
+#[cfg(test)]
+pub(crate) fn sampled_invariant_checks() {
+    vramkit_core::set_invariant_checks(vramkit_core::InvariantChecks::Sampled);
+}

@@ -340,6 +340,7 @@ mod tests {
     /// (`record_stream`), so some frees are held and some completions come
     /// from a synchronisation, with `empty_cache()` calls and refusals.
     fn recorded(seed: u64, capacity: u64) -> DeviceTrace {
+        crate::sampled_invariant_checks();
         let device = SimDevice::new(capacity).with_event_mode(EventMode::Manual).with_first_fit();
         let mut a = CachingAllocator::new(device, AllocatorConfig::pytorch_default());
         a.record_history(Some(HistoryConfig::default()));

@@ -218,6 +218,7 @@ mod tests {
 
     #[test]
     fn records_the_asked_length_and_replays() {
+        crate::sampled_invariant_checks();
         let snap = record(&Workload::new(20_000));
         let trace = &DeviceTrace::split(&snap)[0];
         assert_eq!(trace.events.len(), 20_000);

@@ -1,7 +1,8 @@
 //! `check_invariants()`: walks every segment and recomputes every sum.
 //!
 //! With the `validate` feature it runs after every public operation, so a
-//! broken rule fails the operation that broke it.
+//! broken rule fails the operation that broke it ([`InvariantChecks`] says
+//! how often, for the whole process).
 
 use super::CachingAllocator;
 use crate::device::Device;
@@ -9,6 +10,53 @@ use crate::pool::FreeKey;
 use crate::rounding::PoolKind;
 use crate::stats::StatArray;
 use std::collections::HashSet;
+
+/// How often the `validate` feature runs `check_invariants()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum InvariantChecks {
+    /// After every public operation: the default, and what vramkit-core's
+    /// own tests run.
+    EveryOperation = 0,
+    /// After every operation while an allocator holds at most
+    /// [`SAMPLED_BLOCKS`] blocks; with more, after one operation in every
+    /// `blocks / SAMPLED_BLOCKS`, so a check costs about `SAMPLED_BLOCKS`
+    /// block visits per operation however large the state grows. For test
+    /// suites that drive whole traces (replay, the PyTorch sweeps): a
+    /// broken rule is still caught, a few operations late at worst.
+    Sampled = 1,
+    /// Never: tools built alongside the tests (the CLI).
+    Off = 2,
+}
+
+/// Under [`InvariantChecks::Sampled`], the number of blocks up to which
+/// every operation is checked.
+pub const SAMPLED_BLOCKS: usize = 16;
+
+/// The mode: an [`InvariantChecks`] as its `u8`.
+static INVARIANT_CHECKS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(InvariantChecks::EveryOperation as u8);
+
+/// Sets how often the `validate` feature's invariant checks run, for the
+/// whole process. Without the feature there are none and this does
+/// nothing. `cargo test --workspace` turns the feature on for every crate
+/// (it is a dev-dependency of vramkit-core on itself), so other crates'
+/// suites choose [`InvariantChecks::Sampled`] or [`InvariantChecks::Off`].
+pub fn set_invariant_checks(mode: InvariantChecks) {
+    INVARIANT_CHECKS.store(mode as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Under [`InvariantChecks::Sampled`]: whether the `ops`-th operation
+/// since the last check, on an allocator of `blocks` blocks, is checked.
+#[cfg_attr(not(feature = "validate"), allow(dead_code))]
+fn sampled_check_due(ops: usize, blocks: usize) -> bool {
+    ops.saturating_mul(SAMPLED_BLOCKS) >= blocks
+}
+
+#[cfg(feature = "validate")]
+thread_local! {
+    /// Operations since the last sampled check, on this thread.
+    static UNCHECKED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 /// A broken allocator invariant: always a bug in vramkit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,6 +104,32 @@ fn check_array(name: &'static str, array: &StatArray, sums: [i64; 2]) -> Result<
 }
 
 impl<D: Device> CachingAllocator<D> {
+    /// Runs `check_invariants()` when the `validate` feature is on and
+    /// [`InvariantChecks`] says this operation is due; a violation panics.
+    #[inline(always)]
+    pub(super) fn validate(&self) {
+        #[cfg(feature = "validate")]
+        {
+            const EVERY: u8 = InvariantChecks::EveryOperation as u8;
+            const SAMPLED: u8 = InvariantChecks::Sampled as u8;
+            let due = match INVARIANT_CHECKS.load(std::sync::atomic::Ordering::Relaxed) {
+                EVERY => true,
+                SAMPLED => UNCHECKED.with(|n| {
+                    let ops = n.get() + 1;
+                    let due = sampled_check_due(ops, self.blocks.len());
+                    n.set(if due { 0 } else { ops });
+                    due
+                }),
+                _ => false,
+            };
+            if due {
+                if let Err(violation) = self.check_invariants() {
+                    panic!("allocator invariant broken: {violation}");
+                }
+            }
+        }
+    }
+
     /// Checks every structural and statistical invariant; the first broken
     /// one is returned. With a parked free, its pair is checked and the
     /// rest on a copy with its merge done.
@@ -265,5 +339,22 @@ impl<D: Device> CachingAllocator<D> {
             return violation("fraction limit", String::new());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_checks_every_operation_of_a_small_allocator_and_bounds_the_cost_of_a_large_one() {
+        for blocks in 0..=SAMPLED_BLOCKS {
+            assert!(sampled_check_due(1, blocks), "{blocks} blocks: every operation is checked");
+        }
+        // 160 blocks: one operation in ten, so about SAMPLED_BLOCKS block visits per operation.
+        let blocks = 10 * SAMPLED_BLOCKS;
+        assert_eq!((1..=10).filter(|&ops| sampled_check_due(ops, blocks)).collect::<Vec<_>>(), vec![10]);
+        assert!(!sampled_check_due(9, blocks + 1) && sampled_check_due(11, blocks + 1));
+        assert!(sampled_check_due(usize::MAX, usize::MAX), "no overflow");
     }
 }

@@ -18,7 +18,7 @@ mod restore;
 mod snapshot;
 mod what_if;
 
-pub use invariants::InvariantViolation;
+pub use invariants::{set_invariant_checks, InvariantChecks, InvariantViolation, SAMPLED_BLOCKS};
 pub use private_pool::StreamFilter;
 pub use restore::RestoreError;
 pub use what_if::AfterEmptyCache;
@@ -36,18 +36,6 @@ use crate::live_stats::{CurrentBytes, LiveStats};
 use crate::stats::DeviceStats;
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::Hasher;
-
-/// With the `validate` feature, whether `check_invariants()` runs after
-/// every public operation (on by default; a program can turn it off).
-static INVARIANT_CHECKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-/// Turns the per-operation invariant checks of the `validate` feature on or
-/// off for the whole process. Without the feature there are none and this
-/// does nothing. Tools built alongside the tests (the CLI) turn them off:
-/// they make every operation O(blocks).
-pub fn set_invariant_checks(on: bool) {
-    INVARIANT_CHECKS.store(on, std::sync::atomic::Ordering::Relaxed);
-}
 
 /// The default large pool's index.
 pub(crate) const LARGE_POOL: PoolIdx = PoolIdx(0);
@@ -524,15 +512,4 @@ impl<D: Device> CachingAllocator<D> {
         self.pools[pool.0 as usize].owner
     }
 
-    #[inline(always)]
-    fn validate(&self) {
-        #[cfg(feature = "validate")]
-        if !INVARIANT_CHECKS.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        #[cfg(feature = "validate")]
-        if let Err(violation) = self.check_invariants() {
-            panic!("allocator invariant broken: {violation}");
-        }
-    }
 }

@@ -196,6 +196,7 @@ mod tests {
 
     #[test]
     fn a_report_on_a_synthetic_trace_draws_both_runs_and_keeps_their_peaks() {
+        crate::sampled_invariant_checks();
         let snap = record(&Workload::new(30_000));
         let trace = &DeviceTrace::split(&snap)[0];
         let recorded = AllocatorConfig::pytorch_default();
@@ -237,6 +238,7 @@ mod tests {
     /// the end) is the run it would replay itself.
     #[test]
     fn runs_drawn_by_the_tune_are_the_runs_report_would_replay() {
+        crate::sampled_invariant_checks();
         let snap = record(&Workload::new(30_000));
         let trace = &DeviceTrace::split(&snap)[0];
         let prepared = PreparedTrace::new(trace, AllocatorConfig::pytorch_default(), None).unwrap();
@@ -258,6 +260,7 @@ mod tests {
     /// replays ran to the end (with two threads, that varies run to run).
     #[test]
     fn the_settings_table_lists_the_rows_tune_lists() {
+        crate::sampled_invariant_checks();
         let snap = record(&Workload::new(5_000));
         let trace = &DeviceTrace::split(&snap)[0];
         let prepared = PreparedTrace::new(trace, AllocatorConfig::pytorch_default(), None).unwrap();
@@ -289,6 +292,7 @@ mod tests {
 
     #[test]
     fn live_sites_follow_allocations_and_completed_frees() {
+        crate::sampled_invariant_checks();
         let snap = record(&Workload::new(5_000));
         let trace = &DeviceTrace::split(&snap)[0];
         let config = AllocatorConfig::pytorch_default();
