@@ -92,8 +92,8 @@ pub enum ReplayError {
 }
 
 /// For unit tests that replay whole traces: samples the allocator's
-/// invariant checker (as the integration tests do) instead of running it
-/// after every operation, which `cargo test --workspace` turns on.
+/// invariant checker instead of running it after every operation, which
+/// `cargo test --workspace` turns on (the integration tests turn it off).
 #[cfg(test)]
 pub(crate) fn sampled_invariant_checks() {
     vramkit_core::set_invariant_checks(vramkit_core::InvariantChecks::Sampled);

@@ -25,7 +25,8 @@ pub enum InvariantChecks {
     /// suites that drive whole traces (replay, the PyTorch sweeps): a
     /// broken rule is still caught, a few operations late at worst.
     Sampled = 1,
-    /// Never: tools built alongside the tests (the CLI).
+    /// Never: tools built alongside the tests (the CLI), and suites that
+    /// replay every setting (the replay crate's integration tests).
     Off = 2,
 }
 
