@@ -162,6 +162,20 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// The last entry a judging driver may judge anything at, where no
+    /// private pool is in question (no routing to judge): a release (an
+    /// `empty_cache()` call or a ladder's), or a `free_completed` a
+    /// synchronisation may have emitted (its run is judged at its start,
+    /// the pair before it may be judged held). `None`: none, the reading
+    /// is this driver's first one. Entries after it change nothing in the
+    /// reading, only the model.
+    pub fn last_judgement(&self) -> Option<usize> {
+        let actions = self.events.actions();
+        let release = actions.iter().rposition(|&a| matches!(a, TraceAction::SegmentFree | TraceAction::SegmentUnmap));
+        let synchronised = self.reading.by_sync.iter().rposition(|&s| s);
+        release.max(synchronised)
+    }
+
     /// Lets the judging consider private pools for segments seen serving
     /// a `malloc` that processed events (see `pools`).
     pub fn relax_pool_event_rule(&mut self) {

@@ -331,7 +331,7 @@ impl PreparedTrace<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use vramkit_core::{DeviceAddr, HistoryConfig, StreamId};
     use vramkit_sim::{EventMode, XorShift};
@@ -339,7 +339,7 @@ mod tests {
     /// A program on two streams that also uses blocks on side streams
     /// (`record_stream`), so some frees are held and some completions come
     /// from a synchronisation, with `empty_cache()` calls and refusals.
-    fn recorded(seed: u64, capacity: u64) -> DeviceTrace {
+    pub(crate) fn recorded(seed: u64, capacity: u64) -> DeviceTrace {
         crate::sampled_invariant_checks();
         let device = SimDevice::new(capacity).with_event_mode(EventMode::Manual).with_first_fit();
         let mut a = CachingAllocator::new(device, AllocatorConfig::pytorch_default());

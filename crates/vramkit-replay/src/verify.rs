@@ -128,7 +128,7 @@ impl PreparedTrace<'_> {
     pub(crate) fn judged(&self) -> Result<&Judged, ReplayError> {
         self.judged_once()
             .get_or_init(|| {
-                let (_, reading, routing) = recorded_pass(self, Compare::Placements)?;
+                let (_, reading, routing) = recorded_pass(self, Compare::Reading)?;
                 Ok(Judged::new(self.trace(), Arc::new(reading), routing))
             })
             .as_ref()
@@ -172,9 +172,12 @@ impl PreparedTrace<'_> {
 pub(crate) enum Compare {
     /// Placements, segment events and the end state (`verify`).
     All,
-    /// Placements and the end state: no history is kept, so no segment
-    /// events are compared (for [`reading`], which needs none of it).
-    Placements,
+    /// What the reading needs (for [`reading`]): no history is kept, so no
+    /// segment events are compared; and where no private pool is in
+    /// question, the pass ends at the last entry a judgement is made at
+    /// (`Driver::last_judgement`): the report then covers only the entries
+    /// replayed (no end state is compared).
+    Reading,
 }
 
 /// Replays a trace with private pools again at most this many times, each
@@ -294,7 +297,15 @@ fn one_pass(
     let mut repair: Option<Repair> = None;
     let leaves_reservations = crate::releases::targeted_release_asserts(config);
     let (mut alloc_events, mut placed_same) = (0u64, 0u64);
-    for (i, e) in events.iter().enumerate() {
+    // Without private pools the reading is judged at a few entries, often
+    // all near the start (new segments, releases): the rest would only be
+    // replayed to compare placements no one asked for.
+    let until = match compare {
+        Compare::Reading if !histories => driver.last_judgement().map_or(0, |last| last + 1),
+        _ => events.len(),
+    };
+    let whole = until == events.len();
+    for (i, e) in events.iter_range(0..until).enumerate() {
         // A new segment PyTorch made while the default pools held a block
         // that fits (or an expandable segment the request would grow, or
         // of a kind the default pools do not make) was made for a private
@@ -351,7 +362,9 @@ fn one_pass(
             log.after_entry(&mut model);
         }
     }
-    driver.finish(&mut model, &start.cut_frees);
+    if whole {
+        driver.finish(&mut model, &start.cut_frees);
+    }
     let mut repairs: Vec<Repair> = repair.into_iter().collect();
     if let Some(m) = driver.release_mismatch() {
         let rs = released_otherwise(driver.routing(), m);
@@ -388,7 +401,7 @@ fn one_pass(
             }
         }
     }
-    let end_diff = compare_end_state(&trace.end_segments, &model.segments());
+    let end_diff = if whole { compare_end_state(&trace.end_segments, &model.segments()) } else { None };
     if let Some((expected, got)) = &end_diff {
         first_divergence.get_or_insert_with(|| Divergence {
             kind: "end state".into(),
@@ -400,7 +413,7 @@ fn one_pass(
     }
     let (recorded, predicted) = match compare {
         Compare::All => (recorded, predicted),
-        Compare::Placements => (Vec::new(), Vec::new()),
+        Compare::Reading => (Vec::new(), Vec::new()),
     };
     let segment_events_identical = recorded == predicted;
     let report = VerifyReport {
@@ -606,4 +619,44 @@ fn compare_end_state(expected: &[SegmentInfo], got: &[SegmentInfo]) -> Option<(S
     let g: Vec<Shape> = got.iter().map(shape).collect();
     let at = (0..e.len().max(g.len())).find(|&i| e.get(i) != g.get(i))?;
     Some((show(e.get(at)), show(g.get(at))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests::recorded;
+    use crate::synthetic::{record, Workload};
+
+    /// The reading judged by a pass that ends at its last judgement is the
+    /// one `verify`'s whole pass judges, and so is the plan made from it:
+    /// on programs with `empty_cache()` calls, held frees and refusals
+    /// (judged to near their end), and on training steps with none of them,
+    /// judged only as far as their last new segment.
+    #[test]
+    fn a_reading_judged_up_to_its_last_judgement_is_the_whole_pass_reading() {
+        let config = AllocatorConfig::pytorch_default();
+        let mut traces: Vec<(DeviceTrace, Option<u64>)> = (1..=6)
+            .map(|seed| {
+                let capacity = if seed % 2 == 0 { 1 << 30 } else { u64::MAX };
+                (recorded(seed, capacity), (capacity != u64::MAX).then_some(capacity))
+            })
+            .collect();
+        for events in [3_000, 20_000] {
+            traces.push((DeviceTrace::split(&record(&Workload::new(events))).remove(0), None));
+        }
+        let (mut judged, mut stopped_early) = (0, 0);
+        for (n, (trace, capacity)) in traces.iter().enumerate() {
+            let short = PreparedTrace::new(trace, config.clone(), *capacity).unwrap();
+            let whole = PreparedTrace::new(trace, config.clone(), *capacity).unwrap();
+            whole.verify().unwrap();
+            let (a, b) = (short.judged().unwrap(), whole.judged().unwrap());
+            assert_eq!(a.reading, b.reading, "trace {n}");
+            assert_eq!(a.plan, b.plan, "trace {n}");
+            judged += a.reading.calls.len() + a.reading.held_pairs.len();
+            let last = Driver::judging(&short, Overrides::new()).last_judgement();
+            stopped_early += usize::from(last.is_none_or(|l| l < trace.events.len() / 2));
+        }
+        assert!(judged > 0, "some runs were judged calls and some pairs held");
+        assert!(stopped_early >= 2, "the training steps are judged in their first half ({stopped_early} traces)");
+    }
 }
