@@ -90,10 +90,11 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
     }
 
     // Segments at the start.
+    let events = &trace.events;
     let mut first_segment_event: AddrMap<(TraceAction, u64, u64)> = AddrMap::default();
-    for e in &trace.events {
-        if matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentFree) {
-            first_segment_event.entry(e.addr).or_insert((e.action, e.size, e.stream));
+    for (i, &action) in events.actions().iter().enumerate() {
+        if matches!(action, TraceAction::SegmentAlloc | TraceAction::SegmentFree) {
+            first_segment_event.entry(events.addrs()[i]).or_insert((action, events.sizes()[i], events.streams()[i]));
         }
     }
     // An end segment is there at the start when no segment event touches its
@@ -124,24 +125,11 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
     }
 
     // Blocks live at the start.
-    let mut first_block_event: AddrMap<(TraceAction, usize)> = AddrMap::default();
-    let mut first_completed: AddrMap<usize> = AddrMap::default();
-    for (i, e) in trace.events.iter().enumerate() {
-        match e.action {
-            TraceAction::Alloc | TraceAction::FreeRequested => {
-                first_block_event.entry(e.addr).or_insert((e.action, i));
-            }
-            TraceAction::FreeCompleted => {
-                first_block_event.entry(e.addr).or_insert((e.action, i));
-                first_completed.entry(e.addr).or_insert(i);
-            }
-            _ => {}
-        }
-    }
+    let seen = blocks_seen(events);
     let mut live: BTreeMap<u64, LiveBlock> = BTreeMap::new();
     for s in &trace.end_segments {
         for b in s.blocks.iter().filter(|b| b.state.is_active()) {
-            if !first_block_event.contains_key(&b.address) && segments.contains_key(&s.address) {
+            if !seen.contains_key(&b.address) && segments.contains_key(&s.address) {
                 live.insert(
                     b.address,
                     LiveBlock {
@@ -156,7 +144,8 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
             }
         }
     }
-    for (&addr, &(action, i)) in &first_block_event {
+    for (&addr, seen) in &seen {
+        let (action, i) = (seen.first, seen.first_at);
         let state = match action {
             TraceAction::FreeRequested => BlockState::ActiveAllocated,
             TraceAction::FreeCompleted => BlockState::ActivePendingFree,
@@ -170,7 +159,7 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
                 requested: trace.events.sizes()[i],
                 state,
                 frames: trace.events.frames(i).cloned(),
-                freed_at: first_completed.get(&addr).copied(),
+                freed_at: seen.first_completed,
             },
         );
     }
@@ -245,7 +234,7 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
         out.push(segment_info(trace.device, seg, blocks));
     }
 
-    Ok(StartState { segments: out, cut_frees: cut_frees(trace) })
+    Ok(StartState { segments: out, cut_frees: cut_frees(trace, &seen) })
 }
 
 /// The expandable-segment ranges mapped at the window's start: the end
@@ -311,20 +300,42 @@ fn segment_info(device: i64, seg: &StartSegment, blocks: Vec<BlockInfo>) -> Segm
     }
 }
 
-/// Allocations never freed in the trace whose blocks are not active at the end.
-fn cut_frees(trace: &DeviceTrace) -> Vec<u64> {
-    let mut open: AddrMap<usize> = AddrMap::default();
-    for (i, e) in trace.events.iter().enumerate() {
-        match e.action {
-            TraceAction::Alloc => {
-                open.insert(e.addr, i);
+/// What the window's entries say of one block address.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    /// The first `alloc`, `free_requested` or `free_completed` at it, and where.
+    first: TraceAction,
+    first_at: usize,
+    /// Where its first `free_completed` is.
+    first_completed: Option<usize>,
+    /// Its last `alloc`, when no `free_requested` follows it.
+    open_alloc: Option<usize>,
+}
+
+/// Every block address the entries name, with what they say of it: one
+/// walk, one map probe per entry.
+fn blocks_seen(events: &vramkit_trace::Entries) -> AddrMap<Seen> {
+    let mut seen: AddrMap<Seen> = AddrMap::default();
+    for (i, (&action, &addr)) in events.actions().iter().zip(events.addrs()).enumerate() {
+        if !matches!(action, TraceAction::Alloc | TraceAction::FreeRequested | TraceAction::FreeCompleted) {
+            continue;
+        }
+        let s = seen.entry(addr).or_insert(Seen { first: action, first_at: i, first_completed: None, open_alloc: None });
+        match action {
+            TraceAction::Alloc => s.open_alloc = Some(i),
+            TraceAction::FreeRequested => s.open_alloc = None,
+            _ => {
+                s.first_completed.get_or_insert(i);
             }
-            TraceAction::FreeRequested => {
-                open.remove(&e.addr);
-            }
-            _ => {}
         }
     }
+    seen
+}
+
+/// Allocations never freed in the trace whose blocks are not active at the
+/// end (`seen`: what the entries say of each address).
+fn cut_frees(trace: &DeviceTrace, seen: &AddrMap<Seen>) -> Vec<u64> {
+    let open = seen.iter().filter_map(|(&a, s)| s.open_alloc.map(|i| (a, i)));
     let active_at_end: AddrMap<()> = trace
         .end_segments
         .iter()
@@ -332,7 +343,7 @@ fn cut_frees(trace: &DeviceTrace) -> Vec<u64> {
         .filter(|b| b.state.is_active())
         .map(|b| (b.address, ()))
         .collect();
-    let mut cut: Vec<(usize, u64)> = open.into_iter().filter(|(a, _)| !active_at_end.contains_key(a)).map(|(a, i)| (i, a)).collect();
+    let mut cut: Vec<(usize, u64)> = open.filter(|(a, _)| !active_at_end.contains_key(a)).map(|(a, i)| (i, a)).collect();
     cut.sort_unstable();
     cut.into_iter().map(|(_, a)| a).collect()
 }
