@@ -27,11 +27,16 @@ fn main() {
     let prepared = timed("prepare", || PreparedTrace::new(&trace, recorded.clone(), None).unwrap());
     timed("reading", || prepared.reading().map(|_| ()).unwrap());
     let n: usize = std::env::var("REPLAYS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    // CONF=...: the model replays run under these settings instead of the recorded ones.
+    let (config, name) = match std::env::var("CONF") {
+        Ok(conf) => (vramkit_core::AllocatorConfig::parse(&conf).expect("CONF: a PYTORCH_CUDA_ALLOC_CONF"), conf),
+        Err(_) => (recorded.clone(), "recorded".to_string()),
+    };
     for _ in 0..n {
         let t = Instant::now();
-        prepared.model_replay(&recorded, None, 0).unwrap();
+        prepared.model_replay(&config, None, 0).unwrap();
         let s = t.elapsed().as_secs_f64();
-        println!("  model replay (recorded)                  {s:>9.3} s  {:.2} M events/s", trace.events.len() as f64 / 1e6 / s);
+        println!("  model replay ({name}) {s:>9.3} s  {:.2} M events/s", trace.events.len() as f64 / 1e6 / s);
     }
     if std::env::var("REPLAYS").is_err() {
         timed("oracle replay", || prepared.oracle_replay(0));
