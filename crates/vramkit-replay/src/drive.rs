@@ -418,14 +418,22 @@ impl<'a> Driver<'a> {
     /// does there: a plan other than `Apply` is one of `apply`'s cases,
     /// told apart once per trace instead of at every entry.
     #[inline(always)]
-    pub fn apply_planned(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize, e: Entry, plan: Plan) -> Step {
+    pub fn apply_planned(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize, plan: Plan) -> Step {
+        // Each case reads only the columns it needs: a plain free's
+        // completion none, a free its block alone while the model has its
+        // address (the recorded one is read only when it is the name).
         match plan {
             Plan::Malloc => {
-                let got = malloc(model, e.size, StreamId(e.stream));
+                let got = malloc(model, self.events.sizes()[i], StreamId(self.events.streams()[i]));
                 Step::Alloc(self.allocated(model, i, got))
             }
             Plan::Free => {
-                if let Some(p) = self.model_addr(self.blocks.of(i), e.addr) {
+                let p = match self.addr[self.blocks.of(i) as usize] {
+                    RECORDED => Some(self.events.addrs()[i]),
+                    FAILED => None,
+                    addr => Some(addr),
+                };
+                if let Some(p) = p {
                     free(model, DeviceAddr(p));
                 }
                 Step::Other
@@ -434,7 +442,7 @@ impl<'a> Driver<'a> {
                 self.completed(model, i);
                 Step::Other
             }
-            Plan::Apply => self.apply(model, i, e),
+            Plan::Apply => self.apply(model, i, self.events.get(i)),
         }
     }
 

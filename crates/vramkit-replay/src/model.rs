@@ -185,9 +185,9 @@ impl<'a> ModelRun<'a> {
     pub(crate) fn advance(&mut self, until: usize) -> Result<(), ReplayError> {
         let (trace, m) = (self.prepared.trace(), &mut self.m);
         let (from, until) = (self.applied, until.min(trace.events.len()));
-        for (i, e) in (from..).zip(trace.events.iter_range(from..until)) {
+        for i in from..until {
             let plan = self.driver.plan(i);
-            match self.driver.apply_planned(&mut self.model, i, e, plan) {
+            match self.driver.apply_planned(&mut self.model, i, plan) {
                 Step::Alloc(Err(Error::OutOfMemory(_))) => {
                     self.failed_allocs.push(i);
                     m.oom_count += 1;
