@@ -419,21 +419,15 @@ impl<'a> Driver<'a> {
     /// told apart once per trace instead of at every entry.
     #[inline(always)]
     pub fn apply_planned(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize, plan: Plan) -> Step {
-        // Each case reads only the columns it needs: a plain free's
-        // completion none, a free its block alone while the model has its
-        // address (the recorded one is read only when it is the name).
+        // Each case reads only the columns it needs (a plain free's
+        // completion none): no whole entry is built but for `apply`.
         match plan {
             Plan::Malloc => {
                 let got = malloc(model, self.events.sizes()[i], StreamId(self.events.streams()[i]));
                 Step::Alloc(self.allocated(model, i, got))
             }
             Plan::Free => {
-                let p = match self.addr[self.blocks.of(i) as usize] {
-                    RECORDED => Some(self.events.addrs()[i]),
-                    FAILED => None,
-                    addr => Some(addr),
-                };
-                if let Some(p) = p {
+                if let Some(p) = self.model_addr(self.blocks.of(i), self.events.addrs()[i]) {
                     free(model, DeviceAddr(p));
                 }
                 Step::Other
