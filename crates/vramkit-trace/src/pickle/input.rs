@@ -2,7 +2,7 @@
 //! reader, refilled as the parse moves on, so that a file of gigabytes is
 //! never held whole (the reader keeps only what it builds).
 
-use super::read_ahead::{ReadAhead, ROOM};
+use super::read_ahead::{Chunk, ReadAhead};
 use std::borrow::Cow;
 use std::io::Read;
 
@@ -118,7 +118,7 @@ impl<'a> Input<'a> {
     fn refill_ahead(&mut self, n: usize) -> bool {
         while self.data.len() - self.pos < n {
             let Some(ahead) = &self.ahead else { return false };
-            let mut chunk = match ahead.next() {
+            let Chunk { buf: mut chunk, start: room } = match ahead.next() {
                 Some(Ok(chunk)) => chunk,
                 Some(Err(e)) => {
                     self.error = Some(e);
@@ -133,9 +133,9 @@ impl<'a> Input<'a> {
             let left = self.data.len() - self.pos;
             let offset = self.base + self.pos;
             // The room holds what is left, and `base` stays an offset (not before the input's start).
-            if left <= ROOM && ROOM - left <= offset {
-                let start = ROOM - left;
-                chunk[start..ROOM].copy_from_slice(&self.data[self.pos..]);
+            if left <= room && room - left <= offset {
+                let start = room - left;
+                chunk[start..room].copy_from_slice(&self.data[self.pos..]);
                 let spent = std::mem::replace(&mut self.data, Cow::Owned(chunk));
                 self.base = offset - start;
                 self.pos = start;
@@ -147,7 +147,7 @@ impl<'a> Input<'a> {
                 buf.drain(..self.pos);
                 self.base += self.pos;
                 self.pos = 0;
-                buf.extend_from_slice(&chunk[ROOM..]);
+                buf.extend_from_slice(&chunk[room..]);
                 ahead.give_back(chunk);
             }
         }
