@@ -440,6 +440,19 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// Applies the plain free at `i` ([`Plan::Free`]) and its completion
+    /// at `i + 1` ([`Plan::Completed`], as `plan` pairs them) in one step:
+    /// what `apply_planned` does to the two, one after the other.
+    #[inline(always)]
+    pub fn plain_free(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize) {
+        debug_assert_eq!((self.plan[i], self.plan[i + 1]), (Plan::Free, Plan::Completed));
+        let block = self.blocks.of(i);
+        if let Some(p) = self.model_addr(block, self.events.addrs()[i]) {
+            free(model, DeviceAddr(p));
+        }
+        self.completed(model, i + 1);
+    }
+
     /// The run of `free_completed` entries starting at `i` sits before a
     /// release, a new segment or an `oom`. A synchronisation (in
     /// `empty_cache()` or the ladder's last stage) frees every block still

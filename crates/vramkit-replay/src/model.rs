@@ -7,6 +7,7 @@
 
 use crate::drive::{Driver, Step};
 use crate::metrics::{LowerBound, Metrics, Sample, Timeline};
+use crate::plan::Plan;
 use crate::prepared::PreparedTrace;
 use crate::reading::Reading;
 use crate::trace::DeviceTrace;
@@ -185,8 +186,17 @@ impl<'a> ModelRun<'a> {
     pub(crate) fn advance(&mut self, until: usize) -> Result<(), ReplayError> {
         let (trace, m) = (self.prepared.trace(), &mut self.m);
         let (from, until) = (self.applied, until.min(trace.events.len()));
-        for i in from..until {
+        // A plain free's two entries in one step where nothing is sampled
+        // between them: its completion changes only the driver's records.
+        let pairs = !self.timeline.enabled();
+        let mut i = from;
+        while i < until {
             let plan = self.driver.plan(i);
+            if pairs && plan == Plan::Free && i + 1 < until {
+                self.driver.plain_free(&mut self.model, i);
+                i += 2;
+                continue;
+            }
             match self.driver.apply_planned(&mut self.model, i, plan) {
                 Step::Alloc(Err(Error::OutOfMemory(_))) => {
                     self.failed_allocs.push(i);
@@ -202,6 +212,9 @@ impl<'a> ModelRun<'a> {
                 }
                 _ => {}
             }
+            // Entries applied, this one included.
+            i += 1;
+            let event = i as u64;
             // Reserved bytes grow only in a request (or a release run's
             // synchronisation, which `Apply` covers): a free leaves the peak.
             if !plan.may_reserve() && !self.timeline.enabled() {
@@ -214,12 +227,12 @@ impl<'a> ModelRun<'a> {
                     self.largest_at_peak = self.model.largest_free_block();
                 }
                 if self.keep_peak {
-                    self.peak = Some(PeakState { event: i as u64 + 1, segments: self.model.segments() });
+                    self.peak = Some(PeakState { event, segments: self.model.segments() });
                 }
                 m.waste_bytes_at_peak = now.reserved.saturating_sub(now.allocated);
             }
             self.timeline.push(Sample {
-                event: i as u64 + 1,
+                event,
                 allocated_bytes: now.allocated,
                 reserved_bytes: now.reserved,
                 requested_bytes: now.requested,
