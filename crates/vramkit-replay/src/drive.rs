@@ -427,9 +427,7 @@ impl<'a> Driver<'a> {
                 Step::Alloc(self.allocated(model, i, got))
             }
             Plan::Free => {
-                if let Some(p) = self.model_addr(self.blocks.of(i), self.events.addrs()[i]) {
-                    free(model, DeviceAddr(p));
-                }
+                self.free_planned(model, i);
                 Step::Other
             }
             Plan::Completed => {
@@ -446,11 +444,16 @@ impl<'a> Driver<'a> {
     #[inline(always)]
     pub fn plain_free(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize) {
         debug_assert_eq!((self.plan[i], self.plan[i + 1]), (Plan::Free, Plan::Completed));
-        let block = self.blocks.of(i);
-        if let Some(p) = self.model_addr(block, self.events.addrs()[i]) {
+        self.free_planned(model, i);
+        self.completed(model, i + 1);
+    }
+
+    /// The plain free at `i` ([`Plan::Free`]): its block, unless the model failed its `alloc`.
+    #[inline(always)]
+    fn free_planned(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize) {
+        if let Some(p) = self.model_addr(self.blocks.of(i), self.events.addrs()[i]) {
             free(model, DeviceAddr(p));
         }
-        self.completed(model, i + 1);
     }
 
     /// The run of `free_completed` entries starting at `i` sits before a

@@ -186,13 +186,14 @@ impl<'a> ModelRun<'a> {
     pub(crate) fn advance(&mut self, until: usize) -> Result<(), ReplayError> {
         let (trace, m) = (self.prepared.trace(), &mut self.m);
         let (from, until) = (self.applied, until.min(trace.events.len()));
-        // A plain free's two entries in one step where nothing is sampled
-        // between them: its completion changes only the driver's records.
-        let pairs = !self.timeline.enabled();
+        // No timeline: a plain free's two entries go in one step (nothing
+        // is sampled between them, and its completion changes only the
+        // driver's records), and only a request is checked for a new peak.
+        let unsampled = !self.timeline.enabled();
         let mut i = from;
         while i < until {
             let plan = self.driver.plan(i);
-            if pairs && plan == Plan::Free && i + 1 < until {
+            if unsampled && plan == Plan::Free && i + 1 < until {
                 self.driver.plain_free(&mut self.model, i);
                 i += 2;
                 continue;
@@ -217,7 +218,7 @@ impl<'a> ModelRun<'a> {
             let event = i as u64;
             // Reserved bytes grow only in a request (or a release run's
             // synchronisation, which `Apply` covers): a free leaves the peak.
-            if !plan.may_reserve() && !self.timeline.enabled() {
+            if !plan.may_reserve() && unsampled {
                 continue;
             }
             let now = self.model.current_bytes();
