@@ -21,7 +21,7 @@ pub mod summary;
 pub use addr_map::AddrMap;
 pub use allocator::{
     set_invariant_checks, AddrHasher, AfterEmptyCache, CachingAllocator, InvariantChecks, InvariantViolation, RestoreError,
-    StreamFilter, SAMPLED_BLOCKS,
+    StreamFilter, MAX_WATCHED, SAMPLED_BLOCKS,
 };
 pub use config::{AllocatorConfig, ConfigError, PytorchRelease};
 pub use device::{Device, DeviceAddr, DeviceError, EventId, MemInfo, StreamId};

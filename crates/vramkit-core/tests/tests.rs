@@ -6,6 +6,7 @@ mod support;
 mod config;
 mod expandable;
 mod faults;
+mod max_split_watch;
 mod goldens;
 mod private_pools;
 mod property;

@@ -247,6 +247,7 @@ impl<D: Device> CachingAllocator<D> {
             }
         }
         let max_split_size = self.config.max_split_size();
+        self.max_split_watch.note_found(params.size, found.size, self.config.oversize_tolerance());
         // An oversize cached block is never used for a request that is not oversize.
         if params.size < max_split_size && found.size >= max_split_size {
             return None;
@@ -324,6 +325,7 @@ impl<D: Device> CachingAllocator<D> {
         if self.pools[pool.0 as usize].is_small() || self.expandable_active() {
             remaining >= MIN_BLOCK_SIZE
         } else {
+            self.max_split_watch.note_split(size, remaining, LARGE_SPLIT_REMAINDER);
             size < self.config.max_split_size() && remaining > LARGE_SPLIT_REMAINDER
         }
     }

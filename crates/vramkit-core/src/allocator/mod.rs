@@ -11,6 +11,7 @@ mod expandable;
 mod free;
 mod invariants;
 mod malloc;
+mod max_split_watch;
 mod parked;
 mod private_pool;
 mod release;
@@ -19,6 +20,7 @@ mod snapshot;
 mod what_if;
 
 pub use invariants::{set_invariant_checks, InvariantChecks, InvariantViolation, SAMPLED_BLOCKS};
+pub use max_split_watch::MAX_WATCHED;
 pub use private_pool::StreamFilter;
 pub use restore::RestoreError;
 pub use what_if::AfterEmptyCache;
@@ -113,6 +115,8 @@ pub struct CachingAllocator<D: Device> {
     /// The last size `malloc` rounded and what it rounded to
     /// (`NO_ROUNDING` when none, or the settings changed since).
     pub(crate) last_rounding: (u64, u64),
+    /// Other `max_split_size_mb` values watched (`max_split_watch.rs`).
+    pub(crate) max_split_watch: max_split_watch::MaxSplitWatch,
 }
 
 /// `last_rounding` when there is none: a size no request reaches rounding with.
@@ -170,6 +174,7 @@ impl<D: Device> CachingAllocator<D> {
             repeat: None,
             parking: true,
             last_rounding: NO_ROUNDING,
+            max_split_watch: max_split_watch::MaxSplitWatch::default(),
         };
         if allocator.config.per_process_memory_fraction < 1.0 {
             allocator.apply_memory_fraction(allocator.config.per_process_memory_fraction);
@@ -407,6 +412,7 @@ impl<D: Device> CachingAllocator<D> {
         let max_split_before = self.config.max_split_size_bytes;
         self.last_rounding = NO_ROUNDING;
         self.config.update(conf)?;
+        self.max_split_watch.note_all();
         self.max_split_size_changed |= self.config.max_split_size_bytes != max_split_before;
         if self.config.per_process_memory_fraction != fraction_before {
             self.apply_memory_fraction(self.config.per_process_memory_fraction);
@@ -414,11 +420,34 @@ impl<D: Device> CachingAllocator<D> {
         Ok(())
     }
 
+    /// Watches other `max_split_size_mb` values, in bytes (at most
+    /// [`MAX_WATCHED`]), while this allocator runs with it unset: from now
+    /// on every test of the limit notes those under which it would have
+    /// answered otherwise (`max_split_watch.rs`). With a limit set, or
+    /// once the settings change, every value counts as noted.
+    pub fn watch_max_split_sizes(&mut self, limits: &[u64]) {
+        self.max_split_watch = max_split_watch::MaxSplitWatch::new(limits);
+        if self.config.max_split_size_bytes.is_some() {
+            self.max_split_watch.note_all();
+        }
+    }
+
+    /// The watched `max_split_size_mb` values under which no test of the
+    /// limit would have answered otherwise since the watch began: from
+    /// where it began, the allocator under such a limit makes the same
+    /// device calls, hands out the same blocks at the same addresses and
+    /// keeps every statistic alike but the oversize counts. What-if copies
+    /// and queries made on them are not watched.
+    pub fn max_split_sizes_alike(&self) -> Vec<u64> {
+        self.max_split_watch.alike()
+    }
+
     /// Replaces every setting at once (the fraction is re-applied).
     pub fn set_config(&mut self, config: AllocatorConfig) -> Result<(), Error> {
         config.validate()?;
         self.settle_parked();
         self.max_split_size_changed |= config.max_split_size_bytes != self.config.max_split_size_bytes;
+        self.max_split_watch.note_all();
         self.config = config;
         self.last_rounding = NO_ROUNDING;
         self.apply_memory_fraction(self.config.per_process_memory_fraction);

@@ -266,6 +266,7 @@ impl<D: Device> CachingAllocator<D> {
         } else {
             merged.size < size.saturating_add(self.config.oversize_tolerance())
         };
+        self.max_split_watch.note_usable(size, merged.size, self.config.oversize_tolerance());
         (first && usable && self.should_split(p.pool, size, n.size)).then_some(p)
     }
 

@@ -37,6 +37,7 @@ impl<D: Device> CachingAllocator<D> {
     ) -> Result<bool, Error> {
         let max_split_size = self.config.max_split_size();
         if max_split_size == u64::MAX {
+            self.max_split_watch.note_all();
             return Ok(false);
         }
         let pool = &self.pools[params.pool.0 as usize];

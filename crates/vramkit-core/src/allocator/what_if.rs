@@ -128,6 +128,7 @@ impl<D: Device> CachingAllocator<D> {
             repeat: None,
             parking: self.parking,
             last_rounding: self.last_rounding,
+            max_split_watch: super::max_split_watch::MaxSplitWatch::default(),
         };
         copy.settle_parked();
         copy
