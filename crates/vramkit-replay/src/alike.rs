@@ -11,6 +11,12 @@
 //!   the limit every oversize test reads as it does unset, and the retry
 //!   ladder's release of oversize blocks finds none and gives up, as it
 //!   does unset. (Expandable segments grow, so their blocks have no such bound.)
+//! - `max_split_size_mb` as a replay goes: a candidate that differs from
+//!   another only in a limit the other leaves unset is judged by that
+//!   one's replay, which watches the limit (vramkit-core's
+//!   `max_split_watch`): where no test of the limit would have answered
+//!   otherwise, the two replays are the same ([`watchers`]); else the
+//!   candidate is replayed for itself.
 
 use vramkit_core::rounding::{get_allocation_size, round_size, ROUNDUP_INTERVALS};
 use vramkit_core::{AllocatorConfig, SegmentInfo, TraceAction};
@@ -79,6 +85,32 @@ impl Requests {
         }
         form
     }
+}
+
+/// Per candidate (`configs`, their `forms` from [`Requests::form`], each
+/// candidate's first alike `source`), the candidate whose replay may stand
+/// for its own: one with `max_split_size_mb` unset whose form is its form
+/// with the limit unset, both the first of their forms. That replay
+/// watches the limits of the candidates it may stand for
+/// ([`watched_limits`]). `None` for the others and for those `exact`
+/// says must be replayed for themselves.
+pub(crate) fn watchers(configs: &[&AllocatorConfig], forms: &[AllocatorConfig], source: &[usize], exact: impl Fn(usize) -> bool) -> Vec<Option<usize>> {
+    let mut watchers: Vec<Option<usize>> = vec![None; configs.len()];
+    for c in (0..configs.len()).filter(|&c| source[c] == c && forms[c].max_split_size_bytes.is_some() && !exact(c)) {
+        let unset = AllocatorConfig { max_split_size_bytes: None, ..forms[c].clone() };
+        let watcher = (0..configs.len()).find(|&a| source[a] == a && configs[a].max_split_size_bytes.is_none() && forms[a] == unset);
+        // Each limit is a bit of the watcher's model.
+        if let Some(a) = watcher.filter(|&a| watchers.iter().filter(|&&w| w == Some(a)).count() < vramkit_core::MAX_WATCHED) {
+            watchers[c] = Some(a);
+        }
+    }
+    watchers
+}
+
+/// The `max_split_size_mb` values candidate `a`'s replay watches, for
+/// the candidates it may stand for ([`watchers`]).
+pub(crate) fn watched_limits(configs: &[&AllocatorConfig], watchers: &[Option<usize>], a: usize) -> Vec<u64> {
+    (0..configs.len()).filter(|&c| watchers[c] == Some(a)).filter_map(|c| configs[c].max_split_size_bytes).collect()
 }
 
 #[cfg(test)]

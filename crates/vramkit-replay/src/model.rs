@@ -96,9 +96,31 @@ pub(crate) fn run(
     timeline_points: usize,
     keep_peak: bool,
 ) -> Result<(Metrics, Option<PeakState>), ReplayError> {
-    let mut run = ModelRun::start(prepared, config, capacity_bytes, timeline_points, keep_peak)?;
-    run.advance(usize::MAX)?;
-    Ok(run.finish())
+    run_watching(prepared, config, capacity_bytes, timeline_points, keep_peak, &[]).0
+}
+
+/// What a replay gave, and the watched `max_split_size_mb` values it was
+/// alike under ([`ModelRun::max_split_sizes_alike`]).
+pub(crate) type Watched<T> = (Result<T, ReplayError>, Vec<u64>);
+
+/// [`run`], the model watching the `max_split_size_mb` values `limits`.
+pub(crate) fn run_watching(
+    prepared: &PreparedTrace<'_>,
+    config: &AllocatorConfig,
+    capacity_bytes: Option<u64>,
+    timeline_points: usize,
+    keep_peak: bool,
+    limits: &[u64],
+) -> Watched<(Metrics, Option<PeakState>)> {
+    let mut run = match ModelRun::start(prepared, config, capacity_bytes, timeline_points, keep_peak, limits) {
+        Ok(run) => run,
+        Err(e) => return (Err(e), Vec::new()),
+    };
+    if let Err(e) = run.advance(usize::MAX) {
+        return (Err(e), Vec::new());
+    }
+    let alike = run.max_split_sizes_alike();
+    (Ok(run.finish()), alike)
 }
 
 /// A model replay under way, entry by entry from the start state: it can
@@ -128,13 +150,18 @@ impl<'a> ModelRun<'a> {
     /// A replay of `prepared` under `config` on a device of
     /// `capacity_bytes` (`None`: unlimited), in its start state, keeping
     /// about `timeline_points` samples and, if `keep_peak`, the state when
-    /// reserved bytes first reached their peak.
+    /// reserved bytes first reached their peak; the model watches the
+    /// `max_split_size_mb` values `limits` from its start state on (see
+    /// [`ModelRun::max_split_sizes_alike`]). A following driver asks the
+    /// model nothing but its own operations, so the watch covers every
+    /// decision of the replay.
     pub(crate) fn start(
         prepared: &'a PreparedTrace<'_>,
         config: &AllocatorConfig,
         capacity_bytes: Option<u64>,
         timeline_points: usize,
         keep_peak: bool,
+        limits: &[u64],
     ) -> Result<ModelRun<'a>, ReplayError> {
         let trace = prepared.trace();
         let base = (prepared.top_address() + SimDevice::DEFAULT_GRANULARITY).next_multiple_of(SimDevice::DEFAULT_GRANULARITY);
@@ -143,6 +170,9 @@ impl<'a> ModelRun<'a> {
             .with_event_mode(vramkit_sim::EventMode::Manual)
             .with_first_fit();
         let mut model = prepared.start_model(config, device)?;
+        if !limits.is_empty() {
+            model.watch_max_split_sizes(limits);
+        }
         let large_page = if config.expandable_segments { config.large_segment_size_bytes } else { 0 };
         let m = Metrics { events: trace.events.len() as u64, ..Metrics::default() };
         let timeline = Timeline::new(m.events, timeline_points);
@@ -164,6 +194,13 @@ impl<'a> ModelRun<'a> {
             peak,
             applied: 0,
         })
+    }
+
+    /// The watched `max_split_size_mb` values a replay of the entries
+    /// applied so far, under the same settings but that limit, cannot be
+    /// told from this one by: the same figures, entry for entry.
+    pub(crate) fn max_split_sizes_alike(&self) -> Vec<u64> {
+        self.model.max_split_sizes_alike()
     }
 
     /// Entries applied so far.
@@ -399,7 +436,7 @@ pub(crate) mod tests {
                 let config = AllocatorConfig::parse(conf).unwrap();
                 for (capacity, points) in [(None, 0), (None, 64), (Some(capacity / 2), 0), (Some(capacity / 2), 64)] {
                     let replay = |plan: bool| {
-                        let mut run = ModelRun::start(&prepared, &config, capacity, points, true).unwrap();
+                        let mut run = ModelRun::start(&prepared, &config, capacity, points, true, &[]).unwrap();
                         if !plan {
                             run.driver.without_plan();
                         }
@@ -428,7 +465,7 @@ pub(crate) mod tests {
             for (conf, limit) in [("", None), ("", Some(capacity / 3)), ("expandable_segments:True", Some(capacity / 4))] {
                 let config = AllocatorConfig::parse(conf).unwrap();
                 for upto in [events.len() / 3, events.len()] {
-                    let mut run = ModelRun::start(&prepared, &config, limit, 0, false).unwrap();
+                    let mut run = ModelRun::start(&prepared, &config, limit, 0, false, &[]).unwrap();
                     run.advance(upto).unwrap();
                     let (failed, page) = (run.failed_allocs.clone(), run.large_page);
                     failures += failed.len();

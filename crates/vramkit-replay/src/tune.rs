@@ -11,7 +11,9 @@
 //! ([`PreparedTrace::model_replay`], no timeline): exactly what `vramkit
 //! replay --conf` runs, so a candidate's figures are the ones `replay`
 //! prints for its string. Candidates proven to replay a trace alike
-//! (`alike`) are replayed once; and when only some rows need exact figures
+//! (`alike`: by their settings alone, or by the replay of one that watched
+//! the other's `max_split_size_mb`) are replayed once; and when only some
+//! rows need exact figures
 //! ([`Exact`]), a candidate's replay stops once it cannot be among them
 //! (`cutoff`), likely winners going first.
 //!
@@ -22,9 +24,9 @@
 //! Several traces (one per rank) are tuned against the same candidates, and
 //! the candidate whose worst trace is best is named for the whole job.
 
-use crate::alike::Requests;
+use crate::alike::{watched_limits, watchers, Requests};
 use crate::cutoff::{lock, Cutoff};
-use crate::model::{ModelRun, PeakState};
+use crate::model::{run_watching, ModelRun, PeakState, Watched};
 use crate::prepared::PreparedTrace;
 use crate::trace::DeviceTrace;
 use crate::ReplayError;
@@ -437,6 +439,7 @@ fn tune_with(
     // Per input: the candidate each one's replay is taken from (the first alike).
     let source: Vec<Vec<usize>> =
         forms.iter().map(|f| f.iter().map(|form| f.iter().position(|g| g == form).expect("itself")).collect()).collect();
+    let configs: Vec<&AllocatorConfig> = cands.iter().map(|c| &c.config).collect();
     // Only the rows shown need exact figures, and only a single trace
     // without a capacity (the worst case compares every candidate; where
     // allocations can fail, the lower bound of a stopped one is unknown).
@@ -444,26 +447,48 @@ fn tune_with(
     let drawn: Vec<Mutex<Vec<Drawn>>> = inputs.iter().map(|_| Mutex::new(Vec::new())).collect();
     let keeper = |i: usize| Keeper { events: inputs[i].trace().events.len(), recorded: inputs[i].recorded(), timeline_points, drawn: &drawn[i] };
     let replayed: Vec<Vec<Result<crate::Metrics, ReplayError>>> = match exact {
-        Exact::Rows(rows) if stopping && rows < cands.len() => vec![best_rows(&inputs[0], &cands, &source[0], Some(rows), &keeper(0), progress)],
-        Exact::Best if stopping => vec![best_rows(&inputs[0], &cands, &source[0], None, &keeper(0), progress)],
+        Exact::Rows(rows) if stopping && rows < cands.len() => vec![best_rows(&inputs[0], &cands, &forms[0], &source[0], Some(rows), &keeper(0), progress)],
+        Exact::Best if stopping => vec![best_rows(&inputs[0], &cands, &forms[0], &source[0], None, &keeper(0), progress)],
         _ => {
-            let source = &source;
-            let pairs: Vec<(usize, usize)> =
-                (0..inputs.len()).flat_map(|i| (0..cands.len()).filter(move |&c| source[i][c] == c).map(move |c| (i, c))).collect();
-            let mut runs: Vec<Option<Result<crate::Metrics, ReplayError>>> = pairs
-                .par_iter()
-                .map(|&(i, c)| {
-                    // The options `vramkit replay --conf` runs with (and the timeline kept to draw).
-                    let points = keeper(i).points(&cands[c].config, false);
-                    let run = crate::model::run(inputs[i].prepared, &cands[c].config, inputs[i].capacity_bytes, points, points > 0);
-                    let result = keeper(i).keep(&cands[c].config, run);
-                    (0..cands.len()).filter(|&d| source[i][d] == c).for_each(|_| progress());
-                    Some(result)
-                })
+            // Per input: the candidate whose replay may stand for each one's (`alike`: `watchers`).
+            let watchers: Vec<Vec<Option<usize>>> = (0..inputs.len()).map(|i| watchers(&configs, &forms[i], &source[i], |_| false)).collect();
+            let (source, watchers) = (&source, &watchers);
+            // The options `vramkit replay --conf` runs with (and the timeline
+            // kept to draw); the limits of the candidates it may stand for watched.
+            let replay = |i: usize, c: usize| {
+                let points = keeper(i).points(&cands[c].config, false);
+                let limits = watched_limits(&configs, &watchers[i], c);
+                let (run, alike) = run_watching(inputs[i].prepared, &cands[c].config, inputs[i].capacity_bytes, points, points > 0, &limits);
+                let result = keeper(i).keep(&cands[c].config, run);
+                (0..cands.len()).filter(|&d| source[i][d] == c).for_each(|_| progress());
+                (result, alike)
+            };
+            // First the candidates that need their own replay, then those
+            // whose watcher's replay did not prove them alike.
+            let pairs: Vec<(usize, usize)> = (0..inputs.len())
+                .flat_map(|i| (0..cands.len()).filter(move |&c| source[i][c] == c && watchers[i][c].is_none()).map(move |c| (i, c)))
                 .collect();
-            let mut by_pair = vec![vec![None; cands.len()]; inputs.len()];
+            let mut runs: Vec<Option<Watched<crate::Metrics>>> =
+                pairs.par_iter().map(|&(i, c)| Some(replay(i, c))).collect();
+            let mut by_pair: Vec<Vec<Option<Result<crate::Metrics, ReplayError>>>> = vec![vec![None; cands.len()]; inputs.len()];
+            let mut alike_of = vec![vec![Vec::new(); cands.len()]; inputs.len()];
             for (&(i, c), run) in pairs.iter().zip(&mut runs) {
-                by_pair[i][c] = run.take();
+                (by_pair[i][c], alike_of[i][c]) = run.take().map(|(r, a)| (Some(r), a)).expect("replayed");
+            }
+            let mut watched: Vec<(usize, usize)> = Vec::new();
+            for (i, c, a) in (0..inputs.len()).flat_map(|i| (0..cands.len()).filter_map(move |c| watchers[i][c].map(|a| (i, c, a)))) {
+                let limit = cands[c].config.max_split_size_bytes.expect("a watched candidate has a limit");
+                if matches!(by_pair[i][a], Some(Ok(_))) && alike_of[i][a].contains(&limit) {
+                    by_pair[i][c] = by_pair[i][a].clone();
+                    (0..cands.len()).filter(|&d| source[i][d] == c).for_each(|_| progress());
+                } else {
+                    watched.push((i, c));
+                }
+            }
+            let mut runs: Vec<Option<Watched<crate::Metrics>>> =
+                watched.par_iter().map(|&(i, c)| Some(replay(i, c))).collect();
+            for (&(i, c), run) in watched.iter().zip(&mut runs) {
+                by_pair[i][c] = run.take().map(|(r, _)| r);
             }
             (0..inputs.len())
                 .map(|i| (0..cands.len()).map(|c| by_pair[i][source[i][c]].clone().expect("replayed")).collect())
@@ -535,9 +560,11 @@ fn tune_with(
 /// Without a capacity no allocation fails, so a candidate's lower bound
 /// depends only on its page size (`LowerBound`): the finished candidate of
 /// the same page size has it.
+#[allow(clippy::too_many_arguments)] // one trace's candidates and what is known of them
 fn best_rows(
     input: &TuneInput<'_>,
     cands: &[Candidate],
+    forms: &[AllocatorConfig],
     source: &[usize],
     rows: Option<usize>,
     keeper: &Keeper<'_>,
@@ -561,13 +588,21 @@ fn best_rows(
             first.push(c);
         }
     }
+    // A candidate whose watcher's replay may stand for its own waits for
+    // that replay (`alike`: `watchers`); those replayed to the end whatever
+    // their figures do not.
+    let configs: Vec<&AllocatorConfig> = cands.iter().map(|c| &c.config).collect();
+    let watchers = watchers(&configs, forms, source, |c| first.contains(&c));
     let events = input.trace().events.len();
     let piece = (events / PIECE).max(4096);
     let cutoff: Cutoff<Key> = Cutoff::new(rows.unwrap_or(1), recorded_rows.len());
     let done: Vec<OnceLock<Result<crate::Metrics, ReplayError>>> = (0..cands.len()).map(|_| OnceLock::new()).collect();
     // Who goes on next: those that never stop first, then the best key so far.
     let queue: Mutex<BinaryHeap<Reverse<(bool, Key)>>> = Mutex::new(
-        (0..cands.len()).filter(|&c| source[c] == c).map(|c| Reverse((!first.contains(&c), (false, false, 0, 0, 0, c)))).collect(),
+        (0..cands.len())
+            .filter(|&c| source[c] == c && watchers[c].is_none())
+            .map(|c| Reverse((!first.contains(&c), (false, false, 0, 0, 0, c))))
+            .collect(),
     );
     let runs: Vec<Mutex<Option<ModelRun<'_>>>> = (0..cands.len()).map(|_| Mutex::new(None)).collect();
     let busy = AtomicUsize::new(0);
@@ -584,14 +619,31 @@ fn best_rows(
         }
         let _ = done[c].set(result);
     };
+    // Candidate `c`'s replay ended with `result`, under which of its
+    // watched limits it was alike: the candidates it stands for take its
+    // figures, the others queue for their own replay.
+    let stand_in = |c: usize, result: &Result<crate::Metrics, ReplayError>, alike: &[u64]| {
+        for d in (0..cands.len()).filter(|&d| watchers[d] == Some(c)) {
+            let limit = cands[d].config.max_split_size_bytes.expect("a watched candidate has a limit");
+            match result {
+                Ok(m) if alike.contains(&limit) => finish(d, Ok(m.clone())),
+                _ => lock(&queue).push(Reverse((true, (false, false, 0, 0, 0, d)))),
+            }
+        }
+    };
+    let end = |c: usize, result: Result<crate::Metrics, ReplayError>, alike: &[u64]| {
+        stand_in(c, &result, alike);
+        finish(c, result);
+    };
     let step = |c: usize| -> Option<Key> {
         let mut slot = lock(&runs[c]);
         if slot.is_none() {
             let points = keeper.points(&cands[c].config, first.contains(&c));
-            match ModelRun::start(input.prepared, &cands[c].config, None, points, points > 0) {
+            let limits = watched_limits(&configs, &watchers, c);
+            match ModelRun::start(input.prepared, &cands[c].config, None, points, points > 0, &limits) {
                 Ok(run) => *slot = Some(run),
                 Err(e) => {
-                    finish(c, Err(e));
+                    end(c, Err(e), &[]);
                     return None;
                 }
             }
@@ -600,14 +652,16 @@ fn best_rows(
         let until = if first.contains(&c) { events } else { run.applied() + piece };
         if let Err(e) = run.advance(until) {
             slot.take();
-            finish(c, Err(e));
+            end(c, Err(e), &[]);
             return None;
         }
         // The first of the candidates alike ranks best of them: its key decides.
         let so_far = run.so_far();
         let key = (false, so_far.oom_count > 0, so_far.oom_count, so_far.peak_reserved_bytes, so_far.device_calls, c);
         if run.done() || cutoff.passed(&key) {
-            finish(c, keeper.keep(&cands[c].config, Ok(slot.take().expect("started").finish())));
+            let run = slot.take().expect("started");
+            let alike = run.max_split_sizes_alike();
+            end(c, keeper.keep(&cands[c].config, Ok(run.finish())), &alike);
             return None;
         }
         Some(key)
@@ -885,5 +939,39 @@ mod tests {
         // No capacity: no garbage collection (it needs a fraction of a known capacity).
         let input = TuneInput { capacity_bytes: None, ..input };
         assert!(candidates(&[input], &TuneOptions::default()).iter().all(|c| !c.conf.contains("garbage")));
+    }
+
+    /// On a synthetic training trace the unlimited replay stands for some
+    /// limits and not for others; where it does, each limited candidate's
+    /// own replay has its figures.
+    #[test]
+    fn a_watching_replay_stands_for_the_limits_it_proves_alike() {
+        crate::sampled_invariant_checks();
+        let snapshot = crate::synthetic::record(&crate::synthetic::Workload::new(30_000));
+        let trace = DeviceTrace::split(&snapshot).swap_remove(0);
+        let prepared = PreparedTrace::new(&trace, AllocatorConfig::pytorch_default(), None).unwrap();
+        let input = TuneInput { label: "t".into(), prepared: &prepared, capacity_bytes: None };
+        let cands = candidates(std::slice::from_ref(&input), &TuneOptions::default());
+        let configs: Vec<&AllocatorConfig> = cands.iter().map(|c| &c.config).collect();
+        let mut requests = Requests::of(&trace.events, &prepared.start().segments);
+        let forms: Vec<AllocatorConfig> = configs.iter().map(|c| requests.form(c)).collect();
+        let source: Vec<usize> = forms.iter().map(|f| forms.iter().position(|g| g == f).unwrap()).collect();
+        let watchers = watchers(&configs, &forms, &source, |_| false);
+        let (mut proven, mut refuted) = (0, 0);
+        for a in (0..cands.len()).filter(|&a| watchers.contains(&Some(a))) {
+            let limits = watched_limits(&configs, &watchers, a);
+            let (run, alike) = run_watching(&prepared, configs[a], None, 0, false, &limits);
+            let (figures, _) = run.unwrap();
+            for c in (0..cands.len()).filter(|&c| watchers[c] == Some(a)) {
+                let limit = configs[c].max_split_size_bytes.unwrap();
+                if alike.contains(&limit) {
+                    proven += 1;
+                    assert_eq!(prepared.model_replay(configs[c], None, 0).unwrap(), figures, "{} for {}", cands[a].conf, cands[c].conf);
+                } else {
+                    refuted += 1;
+                }
+            }
+        }
+        assert!(proven > 0 && refuted > 0, "{proven} proven, {refuted} refuted");
     }
 }

@@ -85,3 +85,24 @@ fn candidates_that_replay_alike_have_the_figures_of_their_own_replays() {
         );
     }
 }
+
+#[test]
+fn candidates_a_watching_replay_stands_for_have_the_figures_of_their_own_replays() {
+    let trace = synthetic(30_000);
+    let prepared = PreparedTrace::new(&trace, AllocatorConfig::pytorch_default(), None).unwrap();
+    for exact in [Exact::All, Exact::Rows(20)] {
+        let tuned = tuned(&prepared, exact);
+        let limited: Vec<&Outcome> =
+            tuned.candidates.iter().filter(|o| o.conf.contains("max_split_size_mb") && o.stopped_at.is_none()).collect();
+        assert!(limited.len() >= 3, "{exact:?}");
+        for o in limited {
+            let m = prepared.model_replay(&AllocatorConfig::parse(&o.conf).unwrap(), None, 0).unwrap();
+            assert_eq!(
+                (o.peak_reserved_bytes, o.peak_allocated_bytes, o.device_mallocs, o.device_frees, o.oom_count, o.lower_bound_bytes),
+                (m.peak_reserved_bytes, m.peak_allocated_bytes, m.device_mallocs, m.device_frees, m.oom_count, m.lower_bound_bytes),
+                "{exact:?} {}",
+                o.conf
+            );
+        }
+    }
+}
