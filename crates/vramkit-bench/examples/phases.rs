@@ -53,10 +53,11 @@ fn main() {
         let r = &report.results[0];
         let stopped: Vec<u64> = r.candidates.iter().filter_map(|o| o.stopped_at).collect();
         println!(
-            "  {} candidates, {} stopped (on average at {:.0}% of the trace); recommended {:?}",
+            "  {} candidates, {} stopped (on average at {:.1}% of the trace, at most at {:.1}%); recommended {:?}",
             r.candidates.len(),
             stopped.len(),
             100.0 * stopped.iter().sum::<u64>() as f64 / (stopped.len().max(1) as f64 * r.events as f64),
+            100.0 * stopped.iter().max().copied().unwrap_or(0) as f64 / r.events as f64,
             r.recommended
         );
     }

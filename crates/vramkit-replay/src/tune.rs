@@ -53,7 +53,13 @@ const ROUNDUP_VALUES: [&str; 5] = ["2", "4", "8", "[256:1,512:2,1024:4,>:8]", "[
 /// (`garbage_collection_threshold`, `per_process_memory_fraction`) pairs.
 const GC_VALUES: [(f64, f64); 4] = [(0.6, 0.99), (0.8, 0.99), (0.6, 0.9), (0.8, 0.9)];
 
-/// A candidate that may stop goes on by this fraction of the trace at a time.
+/// A candidate that may stop goes on a piece at a time: first this
+/// fraction of the trace, then each piece as long as all before it, up to
+/// [`PIECE`]. A loser's figures pass the rows shown early (within the
+/// first half percent of the 5 M-entry benchmark trace for every one of
+/// its losers), and it goes no further than the piece that shows it.
+const FIRST_PIECE: usize = 1024;
+/// The largest piece, as a fraction of the trace.
 const PIECE: usize = 64;
 
 /// Rows of the ranked table shown unless every row is asked for.
@@ -551,11 +557,12 @@ fn tune_with(
 /// The recorded settings run first (with every candidate of the same
 /// string, which the table marks as recorded too), and the first candidate
 /// of each page size (so every lower bound is known, see below), none of
-/// which stops. The others go on a piece at a time ([`PIECE`] of the
-/// trace), each thread taking next the one whose figures so far rank best:
-/// likely winners finish first, and a loser goes on only while it might
-/// still be among them. Which candidates stop depends on the threads'
-/// timing; the rows shown do not (`cutoff`).
+/// which stops. The others go on a piece at a time (growing from
+/// [`FIRST_PIECE`] to [`PIECE`] of the trace), each thread taking next the
+/// one whose figures so far rank best: likely winners finish first, and a
+/// loser goes on only while it might still be among them; one found out
+/// of the rows when its turn comes stops there. Which candidates stop
+/// depends on the threads' timing; the rows shown do not (`cutoff`).
 ///
 /// Without a capacity no allocation fails, so a candidate's lower bound
 /// depends only on its page size (`LowerBound`): the finished candidate of
@@ -594,7 +601,7 @@ fn best_rows(
     let configs: Vec<&AllocatorConfig> = cands.iter().map(|c| &c.config).collect();
     let watchers = watchers(&configs, forms, source, |c| first.contains(&c));
     let events = input.trace().events.len();
-    let piece = (events / PIECE).max(4096);
+    let (first_piece, piece) = ((events / FIRST_PIECE).max(4096), (events / PIECE).max(4096));
     let cutoff: Cutoff<Key> = Cutoff::new(rows.unwrap_or(1), recorded_rows.len());
     let done: Vec<OnceLock<Result<crate::Metrics, ReplayError>>> = (0..cands.len()).map(|_| OnceLock::new()).collect();
     // Who goes on next: those that never stop first, then the best key so far.
@@ -649,16 +656,23 @@ fn best_rows(
             }
         }
         let run = slot.as_mut().expect("started");
-        let until = if first.contains(&c) { events } else { run.applied() + piece };
-        if let Err(e) = run.advance(until) {
-            slot.take();
-            end(c, Err(e), &[]);
-            return None;
-        }
         // The first of the candidates alike ranks best of them: its key decides.
-        let so_far = run.so_far();
-        let key = (false, so_far.oom_count > 0, so_far.oom_count, so_far.peak_reserved_bytes, so_far.device_calls, c);
-        if run.done() || cutoff.passed(&key) {
+        let key_of = |run: &ModelRun<'_>| {
+            let so_far = run.so_far();
+            (false, so_far.oom_count > 0, so_far.oom_count, so_far.peak_reserved_bytes, so_far.device_calls, c)
+        };
+        // One found out of the rows while it waited stops where it is.
+        let out = run.applied() > 0 && cutoff.passed(&key_of(run));
+        if !out {
+            let until = if first.contains(&c) { events } else { run.applied() + run.applied().clamp(first_piece, piece) };
+            if let Err(e) = run.advance(until) {
+                slot.take();
+                end(c, Err(e), &[]);
+                return None;
+            }
+        }
+        let key = key_of(run);
+        if out || run.done() || cutoff.passed(&key) {
             let run = slot.take().expect("started");
             let alike = run.max_split_sizes_alike();
             end(c, keeper.keep(&cands[c].config, Ok(run.finish())), &alike);
