@@ -456,8 +456,11 @@ fn tune_with(
         Exact::Rows(rows) if stopping && rows < cands.len() => vec![best_rows(&inputs[0], &cands, &forms[0], &source[0], Some(rows), &keeper(0), progress)],
         Exact::Best if stopping => vec![best_rows(&inputs[0], &cands, &forms[0], &source[0], None, &keeper(0), progress)],
         _ => {
-            // Per input: the candidate whose replay may stand for each one's (`alike`: `watchers`).
-            let watchers: Vec<Vec<Option<usize>>> = (0..inputs.len()).map(|i| watchers(&configs, &forms[i], &source[i], |_| false)).collect();
+            // Per input: the candidate whose replay may stand for each one's
+            // (`alike`: `watchers`), but for the recorded settings, whose
+            // own replay keeps its timeline (`Keeper`).
+            let watchers: Vec<Vec<Option<usize>>> =
+                (0..inputs.len()).map(|i| watchers(&configs, &forms[i], &source[i], |c| configs[c] == inputs[i].recorded())).collect();
             let (source, watchers) = (&source, &watchers);
             // The options `vramkit replay --conf` runs with (and the timeline
             // kept to draw); the limits of the candidates it may stand for watched.

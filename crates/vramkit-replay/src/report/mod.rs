@@ -235,24 +235,34 @@ mod tests {
 
     /// A run the page takes from the tune (the recorded settings', and
     /// those of the first candidate of each page size, which always run to
-    /// the end) is the run it would replay itself.
+    /// the end) is the run it would replay itself; the recorded settings'
+    /// is always there, even where the replay of PyTorch's defaults proves
+    /// their `max_split_size_mb` alike.
     #[test]
     fn runs_drawn_by_the_tune_are_the_runs_report_would_replay() {
         crate::sampled_invariant_checks();
-        let snap = record(&Workload::new(30_000));
-        let trace = &DeviceTrace::split(&snap)[0];
-        let prepared = PreparedTrace::new(trace, AllocatorConfig::pytorch_default(), None).unwrap();
-        let input = TuneInput { label: "synthetic".into(), prepared: &prepared, capacity_bytes: None };
-        let options = TuneOptions { max_candidates: None, exact: Exact::Rows(TABLE_ROWS), timeline_points: TIMELINE_POINTS };
-        let t = tune(std::slice::from_ref(&input), &options, &|| ()).unwrap();
-        let t = &t.results[0];
-        assert!(t.candidates.iter().any(|o| o.stopped_at.is_some()), "the stopping tune, as `vramkit report` runs it");
-        assert!(t.drawn.iter().any(|d| d.config.expandable_segments), "{:?}", t.drawn.iter().map(|d| d.config.to_conf_string()).collect::<Vec<_>>());
-        assert!(t.drawn.iter().any(|d| d.config == *prepared.recorded()));
-        for d in &t.drawn {
-            let (metrics, peak) = prepared.model_replay_at_peak(&d.config, None, TIMELINE_POINTS).unwrap();
-            assert_eq!(d.metrics, metrics, "{}", d.config.to_conf_string());
-            assert_eq!(d.peak, peak, "{}", d.config.to_conf_string());
+        for conf in ["", "max_split_size_mb:128"] {
+            let config = AllocatorConfig::parse(conf).unwrap();
+            let snap = record(&Workload { config: config.clone(), ..Workload::new(30_000) });
+            let trace = &DeviceTrace::split(&snap)[0];
+            let prepared = PreparedTrace::new(trace, config, None).unwrap();
+            let input = TuneInput { label: "synthetic".into(), prepared: &prepared, capacity_bytes: None };
+            for exact in [Exact::Rows(TABLE_ROWS), Exact::All] {
+                let options = TuneOptions { max_candidates: None, exact, timeline_points: TIMELINE_POINTS };
+                let t = tune(std::slice::from_ref(&input), &options, &|| ()).unwrap();
+                let t = &t.results[0];
+                let drawn: Vec<String> = t.drawn.iter().map(|d| d.config.to_conf_string()).collect();
+                if exact != Exact::All {
+                    assert!(t.candidates.iter().any(|o| o.stopped_at.is_some()), "the stopping tune, as `vramkit report` runs it");
+                    assert!(t.drawn.iter().any(|d| d.config.expandable_segments), "{conf:?} {exact:?}: {drawn:?}");
+                }
+                assert!(t.drawn.iter().any(|d| d.config == *prepared.recorded()), "{conf:?} {exact:?}: {drawn:?}");
+                for d in &t.drawn {
+                    let (metrics, peak) = prepared.model_replay_at_peak(&d.config, None, TIMELINE_POINTS).unwrap();
+                    assert_eq!(d.metrics, metrics, "{}", d.config.to_conf_string());
+                    assert_eq!(d.peak, peak, "{}", d.config.to_conf_string());
+                }
+            }
         }
     }
 
