@@ -5,7 +5,9 @@
 //! `free.rs` (free, merging, stream events), `parked.rs` (a free whose
 //! merge waits for the next request, which may split it back), `release.rs` (returning
 //! segments to the device: targeted release, `empty_cache`, garbage
-//! collection), `snapshot.rs` (state export), `invariants.rs` (the checker).
+//! collection), `snapshot.rs` (state export), `invariants.rs` (the checker),
+//! `max_split_watch.rs` (would another `max_split_size_mb` have decided
+//! otherwise?).
 
 mod expandable;
 mod free;
