@@ -113,6 +113,12 @@ pub(crate) fn watched_limits(configs: &[&AllocatorConfig], watchers: &[Option<us
     (0..configs.len()).filter(|&c| watchers[c] == Some(a)).filter_map(|c| configs[c].max_split_size_bytes).collect()
 }
 
+/// Whether candidate `c` (one [`watchers`] names a watcher for) replays
+/// alike with its watcher, whose replay ended alike under `alike`.
+pub(crate) fn proven_alike(configs: &[&AllocatorConfig], c: usize, alike: &[u64]) -> bool {
+    configs[c].max_split_size_bytes.is_some_and(|limit| alike.contains(&limit))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

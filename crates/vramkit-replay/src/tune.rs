@@ -24,7 +24,7 @@
 //! Several traces (one per rank) are tuned against the same candidates, and
 //! the candidate whose worst trace is best is named for the whole job.
 
-use crate::alike::{watched_limits, watchers, Requests};
+use crate::alike::{proven_alike, watched_limits, watchers, Requests};
 use crate::cutoff::{lock, Cutoff};
 use crate::model::{run_watching, ModelRun, PeakState, Watched};
 use crate::prepared::PreparedTrace;
@@ -486,8 +486,7 @@ fn tune_with(
             }
             let mut watched: Vec<(usize, usize)> = Vec::new();
             for (i, c, a) in (0..inputs.len()).flat_map(|i| (0..cands.len()).filter_map(move |c| watchers[i][c].map(|a| (i, c, a)))) {
-                let limit = cands[c].config.max_split_size_bytes.expect("a watched candidate has a limit");
-                if matches!(by_pair[i][a], Some(Ok(_))) && alike_of[i][a].contains(&limit) {
+                if matches!(by_pair[i][a], Some(Ok(_))) && proven_alike(&configs, c, &alike_of[i][a]) {
                     by_pair[i][c] = by_pair[i][a].clone();
                     (0..cands.len()).filter(|&d| source[i][d] == c).for_each(|_| progress());
                 } else {
@@ -634,9 +633,8 @@ fn best_rows(
     // figures, the others queue for their own replay.
     let stand_in = |c: usize, result: &Result<crate::Metrics, ReplayError>, alike: &[u64]| {
         for d in (0..cands.len()).filter(|&d| watchers[d] == Some(c)) {
-            let limit = cands[d].config.max_split_size_bytes.expect("a watched candidate has a limit");
             match result {
-                Ok(m) if alike.contains(&limit) => finish(d, Ok(m.clone())),
+                Ok(m) if proven_alike(&configs, d, alike) => finish(d, Ok(m.clone())),
                 _ => lock(&queue).push(Reverse((true, (false, false, 0, 0, 0, d)))),
             }
         }
@@ -980,8 +978,7 @@ mod tests {
             let (run, alike) = run_watching(&prepared, configs[a], None, 0, false, &limits);
             let (figures, _) = run.unwrap();
             for c in (0..cands.len()).filter(|&c| watchers[c] == Some(a)) {
-                let limit = configs[c].max_split_size_bytes.unwrap();
-                if alike.contains(&limit) {
+                if proven_alike(&configs, c, &alike) {
                     proven += 1;
                     assert_eq!(prepared.model_replay(configs[c], None, 0).unwrap(), figures, "{} for {}", cands[a].conf, cands[c].conf);
                 } else {
