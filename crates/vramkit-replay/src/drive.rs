@@ -423,7 +423,7 @@ impl<'a> Driver<'a> {
         // completion none): no whole entry is built but for `apply`.
         match plan {
             Plan::Malloc => {
-                let got = malloc(model, self.events.sizes()[i], StreamId(self.events.streams()[i]));
+                let got = malloc(model, self.events.sizes()[i], StreamId(self.events.stream(i)));
                 Step::Alloc(self.allocated(model, i, got))
             }
             Plan::Free => {

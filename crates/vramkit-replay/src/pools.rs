@@ -330,7 +330,7 @@ pub(crate) fn route(trace: &DeviceTrace, start: &[SegmentInfo], overrides: &Over
         let allocs: Vec<usize> = inst.entries.iter().copied().filter(|&i| trace.events.actions()[i] == TraceAction::Alloc).collect();
         let by_neighbours = || {
             allocs.iter().find_map(|&i| {
-                let on_stream = &by_stream[&trace.events.streams()[i]];
+                let on_stream = &by_stream[&trace.events.stream(i)];
                 let at = on_stream.binary_search(&i).ok()?;
                 let before = on_stream[..at].iter().rev().find_map(|&j| named[j]);
                 let after = on_stream[at + 1..].iter().find_map(|&j| named[j]);

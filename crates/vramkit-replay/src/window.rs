@@ -94,7 +94,7 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
     let mut first_segment_event: AddrMap<(TraceAction, u64, u64)> = AddrMap::default();
     for (i, &action) in events.actions().iter().enumerate() {
         if matches!(action, TraceAction::SegmentAlloc | TraceAction::SegmentFree) {
-            first_segment_event.entry(events.addrs()[i]).or_insert((action, events.sizes()[i], events.streams()[i]));
+            first_segment_event.entry(events.addrs()[i]).or_insert((action, events.sizes()[i], events.stream(i)));
         }
     }
     // An end segment is there at the start when no segment event touches its

@@ -6,9 +6,12 @@
 //! field is a column of its own, an optional field's column is empty when
 //! no entry has it, and stacks and strings are held once each, in tables the
 //! entries index (stacks repeat: one per allocation site). An entry costs
-//! 25 bytes, plus 8 for a recorded time and 4 for each of stack, compile
-//! context and user metadata where recorded; a [`TraceEntry`] takes 120.
+//! 17 bytes (action, address, size), one more where the trace uses several
+//! streams, 4 for a recorded time (8 in a trace that spans more than 35
+//! minutes; see `narrow.rs`) and 4 for each of stack, compile context and
+//! user metadata where recorded; a [`TraceEntry`] takes 120.
 
+use crate::narrow::{Streams, Times};
 use std::collections::HashMap;
 use vramkit_core::snapshot::{Frame, Frames, TraceAction, TraceEntry};
 
@@ -31,11 +34,11 @@ pub struct Entries {
     actions: Vec<TraceAction>,
     addrs: Vec<u64>,
     sizes: Vec<u64>,
-    streams: Vec<u64>,
+    streams: Streams,
     /// `time_us` per entry; empty when no entry records one.
-    times: Vec<u64>,
+    times: Times,
     /// Entries that record no `time_us` although others do, ascending
-    /// (their slot in `times` holds 0). Empty when `times` is.
+    /// (their slot in `times` holds no time). Empty when `times` is.
     untimed: Vec<u32>,
     /// Per entry, 1 + the index of its stack in `stacks`, or 0 for none;
     /// empty when no entry has a stack.
@@ -76,7 +79,7 @@ impl Entries {
     /// Entry `i`'s four fields. Panics if `i` is out of range.
     #[inline]
     pub fn get(&self, i: usize) -> Entry {
-        Entry { action: self.actions[i], addr: self.addrs[i], size: self.sizes[i], stream: self.streams[i] }
+        Entry { action: self.actions[i], addr: self.addrs[i], size: self.sizes[i], stream: self.streams.get(i) }
     }
 
     /// Every entry's four fields, oldest first.
@@ -105,14 +108,15 @@ impl Entries {
         &self.sizes
     }
 
-    /// The streams column.
-    pub fn streams(&self) -> &[u64] {
-        &self.streams
+    /// Entry `i`'s stream handle. Panics if `i` is out of range.
+    #[inline]
+    pub fn stream(&self, i: usize) -> u64 {
+        self.streams.get(i)
     }
 
     /// Entry `i`'s `time_us`, where recorded.
     pub fn time_us(&self, i: usize) -> Option<u64> {
-        let t = *self.times.get(i)?;
+        let t = self.times.get(i)?;
         (self.untimed.is_empty() || self.untimed.binary_search(&(i as u32)).is_err()).then_some(t)
     }
 
@@ -187,7 +191,9 @@ impl Entries {
     pub fn heap_bytes(&self) -> usize {
         let frames: usize = self.stacks.iter().map(|s| s.iter().map(|f| 48 + f.filename.len() + f.name.len()).sum::<usize>()).sum();
         self.actions.capacity()
-            + 8 * (self.addrs.capacity() + self.sizes.capacity() + self.streams.capacity() + self.times.capacity())
+            + 8 * (self.addrs.capacity() + self.sizes.capacity())
+            + self.streams.heap_bytes()
+            + self.times.heap_bytes()
             + 4 * (self.untimed.capacity() + self.frames.capacity() + self.compile_contexts.capacity() + self.user_metadata.capacity())
             + frames
             + self.strings.iter().map(|s| s.len() + 16).sum::<usize>()
@@ -204,7 +210,7 @@ impl PartialEq for Entries {
         self.actions == other.actions
             && self.addrs == other.addrs
             && self.sizes == other.sizes
-            && self.streams == other.streams
+            && self.streams.same(&other.streams)
             && (0..self.len()).all(|i| {
                 self.time_us(i) == other.time_us(i)
                     && same_frames(i)
@@ -350,18 +356,18 @@ impl EntriesBuilder {
 
 /// Sets entry `i`'s time (entries `0..i` are in `times` already, or it is
 /// empty while none of them has a time).
-fn push_time(times: &mut Vec<u64>, untimed: &mut Vec<u32>, i: usize, t: Option<u64>) {
+fn push_time(times: &mut Times, untimed: &mut Vec<u32>, i: usize, t: Option<u64>) {
     match t {
         Some(t) => {
             if times.len() < i {
                 untimed.extend(times.len() as u32..i as u32);
-                times.resize(i, 0);
+                times.fill_to(i);
             }
             times.push(t);
         }
         None if !times.is_empty() => {
             untimed.push(i as u32);
-            times.push(0);
+            times.push_none();
         }
         None => {}
     }
@@ -383,10 +389,14 @@ impl Entries {
     /// Room for `additional` more entries in the columns entries so far fill.
     pub(crate) fn reserve(&mut self, additional: usize) {
         self.actions.reserve(additional);
-        for column in [&mut self.addrs, &mut self.sizes, &mut self.streams, &mut self.times] {
+        for column in [&mut self.addrs, &mut self.sizes] {
             if !column.is_empty() {
                 column.reserve(additional);
             }
+        }
+        self.streams.reserve(additional);
+        if !self.times.is_empty() {
+            self.times.reserve(additional);
         }
         for column in [&mut self.frames, &mut self.compile_contexts, &mut self.user_metadata] {
             if !column.is_empty() {
@@ -436,8 +446,8 @@ impl Entries {
         merge(&mut self.actions, &others.actions, positions, rows, TraceAction::Alloc);
         merge(&mut self.addrs, &others.addrs, positions, rows, 0);
         merge(&mut self.sizes, &others.sizes, positions, rows, 0);
-        merge(&mut self.streams, &others.streams, positions, rows, 0);
-        merge(&mut self.times, &others.times, positions, rows, 0);
+        self.streams.interleave(&others.streams, positions, rows);
+        self.times.interleave(&others.times, positions, rows);
         merge(&mut self.frames, &others.frames, positions, rows, 0);
         merge(&mut self.compile_contexts, &others.compile_contexts, positions, rows, 0);
         merge(&mut self.user_metadata, &others.user_metadata, positions, rows, 0);
@@ -485,9 +495,13 @@ impl Entries {
         self.actions.extend(batch.iter().map(|r| r.entry.action));
         self.addrs.extend(batch.iter().map(|r| r.entry.addr));
         self.sizes.extend(batch.iter().map(|r| r.entry.size));
-        self.streams.extend(batch.iter().map(|r| r.entry.stream));
+        for r in batch {
+            self.streams.push(r.entry.stream);
+        }
         if self.times.len() == first && batch.iter().all(|r| r.time_us.is_some()) {
-            self.times.extend(batch.iter().map(|r| r.time_us.unwrap_or_default()));
+            for r in batch {
+                self.times.push(r.time_us.unwrap_or_default());
+            }
         } else if !(self.times.is_empty() && batch.iter().all(|r| r.time_us.is_none())) {
             for (i, r) in (first..).zip(batch) {
                 push_time(&mut self.times, &mut self.untimed, i, r.time_us);

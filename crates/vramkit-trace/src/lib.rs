@@ -31,7 +31,8 @@
 //! separate: CSV lines straight to trace entries.
 //!
 //! The data types stand on their own: `file.rs` ([`SnapshotFile`] and what
-//! it holds), `trace_file.rs` ([`TraceFile`]), `entries.rs` ([`Entries`]),
+//! it holds), `trace_file.rs` ([`TraceFile`]), `entries.rs` ([`Entries`], two of
+//! whose columns `narrow.rs` keeps narrow),
 //! `settings.rs` ([`AllocatorSettings`] and its mapping to a core config)
 //! and `legacy.rs` ([`LegacyHistory`]) know neither walker; the walkers
 //! depend on them, one way:
@@ -50,6 +51,7 @@ mod file;
 mod fx;
 mod json;
 mod legacy;
+mod narrow;
 pub mod pickle;
 mod read;
 pub mod rmm;
