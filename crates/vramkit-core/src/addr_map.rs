@@ -98,6 +98,13 @@ impl<V: Copy> AddrMap<V> {
         self.slots[slot].expect("a slot find gave").1
     }
 
+    /// The value at `addr`, to change in place.
+    #[inline]
+    pub fn get_mut(&mut self, addr: u64) -> Option<&mut V> {
+        let slot = self.find(addr)?;
+        self.slots[slot].as_mut().map(|(_, v)| v)
+    }
+
     /// Whether `addr` is in the map.
     #[inline]
     pub fn contains(&self, addr: u64) -> bool {
@@ -183,17 +190,22 @@ mod tests {
         /// The map answers as a `HashMap` does, through growth and removal
         /// chains (addresses drawn from a narrow range so probes collide).
         #[test]
-        fn agrees_with_a_hash_map(ops in proptest::collection::vec((any::<bool>(), 0u64..300), 1..2000)) {
+        fn agrees_with_a_hash_map(ops in proptest::collection::vec((0u8..3, 0u64..300), 1..2000)) {
             let mut map = AddrMap::default();
             let mut model = HashMap::new();
-            for (n, (insert, slot)) in ops.into_iter().enumerate() {
+            for (n, (op, slot)) in ops.into_iter().enumerate() {
                 let addr = slot << 9;
-                if insert {
-                    let id = BlockId::for_test(n as u32);
-                    prop_assert_eq!(map.insert(addr, id), !model.contains_key(&addr));
-                    model.entry(addr).or_insert(id);
-                } else {
-                    prop_assert_eq!(map.remove(addr), model.remove(&addr));
+                let id = BlockId::for_test(n as u32);
+                match op {
+                    0 => {
+                        prop_assert_eq!(map.insert(addr, id), !model.contains_key(&addr));
+                        model.entry(addr).or_insert(id);
+                    }
+                    1 => prop_assert_eq!(map.remove(addr), model.remove(&addr)),
+                    _ => {
+                        // Changed in place, where it is there.
+                        prop_assert_eq!(map.get_mut(addr).map(|v| std::mem::replace(v, id)), model.get_mut(&addr).map(|v| std::mem::replace(v, id)));
+                    }
                 }
                 prop_assert_eq!(map.len(), model.len());
                 for (&a, &id) in &model {

@@ -37,7 +37,7 @@ pub(crate) struct Blocks {
     /// and the start state's other active blocks.
     at_start: AddrMap<u32>,
     /// Blocks still open after the last entry, by address.
-    open_at_end: AddrMap<u32>,
+    open_at_end: vramkit_core::AddrMap<u32>,
     /// (`free_requested`, its `free_completed`) where they are not
     /// adjacent, by the first.
     completions: Vec<(u32, u32)>,
@@ -51,7 +51,8 @@ impl Blocks {
     /// blocks are numbered after them ([`Blocks::add_start`]), so this needs
     /// no start state.
     pub(crate) fn number(events: &Entries) -> Blocks {
-        let mut open: AddrMap<u32> = AddrMap::default();
+        // Looked up at every entry: the allocator's own open-addressing map.
+        let mut open: vramkit_core::AddrMap<u32> = vramkit_core::AddrMap::default();
         let mut at_start: AddrMap<u32> = AddrMap::default();
         // Per number: it is a block `alloc` began, to be handed out again.
         let mut reusable: Vec<bool> = Vec::new();
@@ -65,14 +66,21 @@ impl Blocks {
             reusable.push(again);
             reusable.len() as u32 - 1
         };
-        for (i, e) in events.iter().enumerate() {
-            let id = match e.action {
-                TraceAction::Alloc => *open.entry(e.addr).or_insert_with(|| unused.pop().unwrap_or_else(|| fresh(&mut reusable, true))),
-                TraceAction::FreeRequested => {
-                    *open.entry(e.addr).or_insert_with(|| *at_start.entry(e.addr).or_insert_with(|| fresh(&mut reusable, false)))
-                }
+        // The two columns it reads, not whole entries.
+        for (i, (&action, &addr)) in events.actions().iter().zip(events.addrs()).enumerate() {
+            let id = match action {
+                TraceAction::Alloc => open.get(addr).unwrap_or_else(|| {
+                    let id = unused.pop().unwrap_or_else(|| fresh(&mut reusable, true));
+                    open.insert(addr, id);
+                    id
+                }),
+                TraceAction::FreeRequested => open.get(addr).unwrap_or_else(|| {
+                    let id = *at_start.entry(addr).or_insert_with(|| fresh(&mut reusable, false));
+                    open.insert(addr, id);
+                    id
+                }),
                 TraceAction::FreeCompleted => {
-                    let id = open.remove(&e.addr).unwrap_or_else(|| *at_start.entry(e.addr).or_insert_with(|| fresh(&mut reusable, false)));
+                    let id = open.remove(addr).unwrap_or_else(|| *at_start.entry(addr).or_insert_with(|| fresh(&mut reusable, false)));
                     if reusable[id as usize] {
                         unused.push(id);
                     }
@@ -84,7 +92,7 @@ impl Blocks {
             if id != NO_BLOCK {
                 requested.resize(requested.len().max(reusable.len()), NO_BLOCK);
                 let waits = &mut requested[id as usize];
-                match e.action {
+                match action {
                     TraceAction::FreeRequested => *waits = i as u32,
                     TraceAction::FreeCompleted if *waits == NO_BLOCK => {
                         completed_from_start.entry(u64::from(id)).or_insert(i as u32);
@@ -149,6 +157,6 @@ impl Blocks {
 
     /// The block open at `addr` after the last entry, if there is one.
     pub(crate) fn open_at_end(&self, addr: u64) -> Option<u32> {
-        self.open_at_end.get(&addr).copied()
+        self.open_at_end.get(addr)
     }
 }

@@ -129,7 +129,7 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
     let mut live: BTreeMap<u64, LiveBlock> = BTreeMap::new();
     for s in &trace.end_segments {
         for b in s.blocks.iter().filter(|b| b.state.is_active()) {
-            if !seen.contains_key(&b.address) && segments.contains_key(&s.address) {
+            if !seen.contains(b.address) && segments.contains_key(&s.address) {
                 live.insert(
                     b.address,
                     LiveBlock {
@@ -144,7 +144,7 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
             }
         }
     }
-    for (&addr, seen) in &seen {
+    for (addr, seen) in seen.iter() {
         let (action, i) = (seen.first, seen.first_at);
         let state = match action {
             TraceAction::FreeRequested => BlockState::ActiveAllocated,
@@ -267,10 +267,18 @@ fn mapped_at_start(trace: &DeviceTrace) -> Vec<(u64, u64)> {
     for seg in trace.end_segments.iter().filter(|s| s.is_expandable) {
         add(&mut mapped, seg.address, seg.address + seg.total_size);
     }
-    for e in trace.events.iter().rev() {
-        match e.action {
-            TraceAction::SegmentMap => remove(&mut mapped, e.addr, e.addr + e.size),
-            TraceAction::SegmentUnmap => add(&mut mapped, e.addr, e.addr + e.size),
+    let events = &trace.events;
+    for (i, &action) in events.actions().iter().enumerate().rev() {
+        let range = || (events.addrs()[i], events.addrs()[i] + events.sizes()[i]);
+        match action {
+            TraceAction::SegmentMap => {
+                let (s, e) = range();
+                remove(&mut mapped, s, e);
+            }
+            TraceAction::SegmentUnmap => {
+                let (s, e) = range();
+                add(&mut mapped, s, e);
+            }
             _ => {}
         }
     }
@@ -314,18 +322,26 @@ struct Seen {
 
 /// Every block address the entries name, with what they say of it: one
 /// walk, one map probe per entry.
-fn blocks_seen(events: &vramkit_trace::Entries) -> AddrMap<Seen> {
-    let mut seen: AddrMap<Seen> = AddrMap::default();
+fn blocks_seen(events: &vramkit_trace::Entries) -> vramkit_core::AddrMap<Seen> {
+    // Probed at every entry: the allocator's own open-addressing map.
+    let mut seen: vramkit_core::AddrMap<Seen> = vramkit_core::AddrMap::default();
     for (i, (&action, &addr)) in events.actions().iter().zip(events.addrs()).enumerate() {
         if !matches!(action, TraceAction::Alloc | TraceAction::FreeRequested | TraceAction::FreeCompleted) {
             continue;
         }
-        let s = seen.entry(addr).or_insert(Seen { first: action, first_at: i, first_completed: None, open_alloc: None });
-        match action {
+        let note = |s: &mut Seen| match action {
             TraceAction::Alloc => s.open_alloc = Some(i),
             TraceAction::FreeRequested => s.open_alloc = None,
             _ => {
                 s.first_completed.get_or_insert(i);
+            }
+        };
+        match seen.get_mut(addr) {
+            Some(s) => note(s),
+            None => {
+                let mut s = Seen { first: action, first_at: i, first_completed: None, open_alloc: None };
+                note(&mut s);
+                seen.insert(addr, s);
             }
         }
     }
@@ -334,8 +350,8 @@ fn blocks_seen(events: &vramkit_trace::Entries) -> AddrMap<Seen> {
 
 /// Allocations never freed in the trace whose blocks are not active at the
 /// end (`seen`: what the entries say of each address).
-fn cut_frees(trace: &DeviceTrace, seen: &AddrMap<Seen>) -> Vec<u64> {
-    let open = seen.iter().filter_map(|(&a, s)| s.open_alloc.map(|i| (a, i)));
+fn cut_frees(trace: &DeviceTrace, seen: &vramkit_core::AddrMap<Seen>) -> Vec<u64> {
+    let open = seen.iter().filter_map(|(a, s)| s.open_alloc.map(|i| (a, i)));
     let active_at_end: AddrMap<()> = trace
         .end_segments
         .iter()
