@@ -99,7 +99,10 @@ impl<'t> PreparedTrace<'t> {
             || {
                 rayon::join(
                     || Blocks::number(events),
-                    || events.iter().filter(|e| e.action != TraceAction::Oom).map(|e| e.addr + e.size).max().unwrap_or(0),
+                    || {
+                        let ends = events.actions().iter().zip(events.addrs().iter().zip(events.sizes()));
+                        ends.filter(|&(&a, _)| a != TraceAction::Oom).map(|(_, (&addr, &size))| addr + size).max().unwrap_or(0)
+                    },
                 )
             },
         );

@@ -191,14 +191,15 @@ pub fn classify_with_capacity(
     let mut reserved_before = Vec::with_capacity(runs.len());
     let mut max_reserved = reserved;
     let mut next_run = runs.iter().map(|r| r.0).peekable();
-    for (i, e) in events.iter().enumerate() {
+    // The two columns it reads, not whole entries.
+    for (i, (&action, &size)) in events.actions().iter().zip(events.sizes()).enumerate() {
         if next_run.peek() == Some(&i) {
             reserved_before.push(reserved);
             next_run.next();
         }
-        match e.action {
-            TraceAction::SegmentAlloc | TraceAction::SegmentMap => reserved += e.size,
-            TraceAction::SegmentFree | TraceAction::SegmentUnmap => reserved = reserved.saturating_sub(e.size),
+        match action {
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap => reserved += size,
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => reserved = reserved.saturating_sub(size),
             _ => {}
         }
         max_reserved = max_reserved.max(reserved);
@@ -210,7 +211,7 @@ pub fn classify_with_capacity(
         Some(c) => c,
         None => max_reserved,
     };
-    let mut refused = events.iter().any(|e| e.action == TraceAction::Oom);
+    let mut refused = events.actions().contains(&TraceAction::Oom);
     for ((start, kind), &before) in runs.iter_mut().zip(&reserved_before) {
         if *kind != ReleaseRun::RetryLadder {
             continue;

@@ -77,7 +77,7 @@ impl Entries {
     }
 
     /// Entry `i`'s four fields. Panics if `i` is out of range.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, i: usize) -> Entry {
         Entry { action: self.actions[i], addr: self.addrs[i], size: self.sizes[i], stream: self.streams.get(i) }
     }
@@ -232,7 +232,7 @@ pub struct Iter<'a> {
 impl Iterator for Iter<'_> {
     type Item = Entry;
 
-    #[inline]
+    #[inline(always)]
     fn next(&mut self) -> Option<Entry> {
         (self.front < self.back).then(|| {
             self.front += 1;
@@ -246,7 +246,7 @@ impl Iterator for Iter<'_> {
 }
 
 impl DoubleEndedIterator for Iter<'_> {
-    #[inline]
+    #[inline(always)]
     fn next_back(&mut self) -> Option<Entry> {
         (self.front < self.back).then(|| {
             self.back -= 1;
