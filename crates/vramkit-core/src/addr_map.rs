@@ -1,5 +1,6 @@
 //! `AddrMap`: values by device address (the allocator's allocated and held
-//! blocks; a front end's set of freed addresses).
+//! blocks; a front end's set of freed addresses; a replay's blocks and
+//! segments by recorded address).
 //!
 //! Every `malloc` adds an address and every `free` looks one up and takes
 //! it out, so this sits on the hot path. Open addressing with linear

@@ -19,7 +19,7 @@
 //! `free_completed` of a `free_requested` that is not directly followed by
 //! it, and of a block the start state holds (see `drive`'s hold streams).
 
-use crate::AddrMap;
+use vramkit_core::AddrMap;
 use vramkit_core::TraceAction;
 use vramkit_trace::Entries;
 
@@ -37,7 +37,7 @@ pub(crate) struct Blocks {
     /// and the start state's other active blocks.
     at_start: AddrMap<u32>,
     /// Blocks still open after the last entry, by address.
-    open_at_end: vramkit_core::AddrMap<u32>,
+    open_at_end: AddrMap<u32>,
     /// (`free_requested`, its `free_completed`) where they are not
     /// adjacent, by the first.
     completions: Vec<(u32, u32)>,
@@ -51,8 +51,7 @@ impl Blocks {
     /// blocks are numbered after them ([`Blocks::add_start`]), so this needs
     /// no start state.
     pub(crate) fn number(events: &Entries) -> Blocks {
-        // Looked up at every entry: the allocator's own open-addressing map.
-        let mut open: vramkit_core::AddrMap<u32> = vramkit_core::AddrMap::default();
+        let mut open: AddrMap<u32> = AddrMap::default();
         let mut at_start: AddrMap<u32> = AddrMap::default();
         // Per number: it is a block `alloc` began, to be handed out again.
         let mut reusable: Vec<bool> = Vec::new();
@@ -66,6 +65,14 @@ impl Blocks {
             reusable.push(again);
             reusable.len() as u32 - 1
         };
+        // The block live at the start at `addr`, numbered the first time.
+        let from_start = |at_start: &mut AddrMap<u32>, reusable: &mut Vec<bool>, addr: u64| {
+            at_start.get(addr).unwrap_or_else(|| {
+                let id = fresh(reusable, false);
+                at_start.insert(addr, id);
+                id
+            })
+        };
         // The two columns it reads, not whole entries.
         for (i, (&action, &addr)) in events.actions().iter().zip(events.addrs()).enumerate() {
             let id = match action {
@@ -75,12 +82,12 @@ impl Blocks {
                     id
                 }),
                 TraceAction::FreeRequested => open.get(addr).unwrap_or_else(|| {
-                    let id = *at_start.entry(addr).or_insert_with(|| fresh(&mut reusable, false));
+                    let id = from_start(&mut at_start, &mut reusable, addr);
                     open.insert(addr, id);
                     id
                 }),
                 TraceAction::FreeCompleted => {
-                    let id = open.remove(addr).unwrap_or_else(|| *at_start.entry(addr).or_insert_with(|| fresh(&mut reusable, false)));
+                    let id = open.remove(addr).unwrap_or_else(|| from_start(&mut at_start, &mut reusable, addr));
                     if reusable[id as usize] {
                         unused.push(id);
                     }
@@ -95,7 +102,8 @@ impl Blocks {
                 match action {
                     TraceAction::FreeRequested => *waits = i as u32,
                     TraceAction::FreeCompleted if *waits == NO_BLOCK => {
-                        completed_from_start.entry(u64::from(id)).or_insert(i as u32);
+                        // The first one counts (a later insert changes nothing).
+                        completed_from_start.insert(u64::from(id), i as u32);
                     }
                     TraceAction::FreeCompleted => {
                         if *waits as usize + 1 != i {
@@ -115,11 +123,9 @@ impl Blocks {
     /// entry numbered.
     pub(crate) fn add_start(&mut self, start_blocks: impl Iterator<Item = u64>) {
         for addr in start_blocks {
-            let count = &mut self.count;
-            self.at_start.entry(addr).or_insert_with(|| {
-                *count += 1;
-                *count - 1
-            });
+            if self.at_start.insert(addr, self.count) {
+                self.count += 1;
+            }
         }
     }
 
@@ -136,7 +142,7 @@ impl Blocks {
 
     /// The block live at the start at `addr`, if there is one.
     pub(crate) fn at_start(&self, addr: u64) -> Option<u32> {
-        self.at_start.get(&addr).copied()
+        self.at_start.get(addr)
     }
 
     /// Where the free that the `free_requested` at `i` began completes: the
@@ -152,7 +158,7 @@ impl Blocks {
 
     /// Where the free of `block`, held by the start state, completes.
     pub(crate) fn completion_from_start(&self, block: u32) -> Option<usize> {
-        self.completed_from_start.get(&u64::from(block)).map(|&j| j as usize)
+        self.completed_from_start.get(u64::from(block)).map(|j| j as usize)
     }
 
     /// The block open at `addr` after the last entry, if there is one.

@@ -70,8 +70,6 @@ pub use model::{model_replay, model_replay_at_peak, ModelOptions, PeakState};
 pub use oracle::oracle_replay;
 pub use trace::DeviceTrace;
 
-/// A hash map keyed by device addresses (512-byte aligned), with a cheap hash.
-pub(crate) type AddrMap<V> = std::collections::HashMap<u64, V, std::hash::BuildHasherDefault<vramkit_core::AddrHasher>>;
 pub use tune::{tune, Candidate, Drawn, Exact, Outcome, TuneInput, TuneOptions, TuneReport, TuneResult, WorstCase};
 pub use verify::{inferred_capacity, verify, verify_with_capacity, Divergence, VerifyReport};
 pub use window::{rebuild_start, StartState, WindowError};

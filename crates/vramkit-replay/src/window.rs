@@ -18,7 +18,7 @@
 //!   are always merged).
 
 use crate::trace::DeviceTrace;
-use crate::AddrMap;
+use vramkit_core::AddrMap;
 use std::collections::BTreeMap;
 use vramkit_core::rounding::{round_size, PoolKind, LARGE_SPLIT_REMAINDER, SMALL_BUFFER};
 use vramkit_core::{AllocatorConfig, BlockInfo, BlockState, Frames, SegmentInfo, TraceAction};
@@ -94,7 +94,8 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
     let mut first_segment_event: AddrMap<(TraceAction, u64, u64)> = AddrMap::default();
     for (i, &action) in events.actions().iter().enumerate() {
         if matches!(action, TraceAction::SegmentAlloc | TraceAction::SegmentFree) {
-            first_segment_event.entry(events.addrs()[i]).or_insert((action, events.sizes()[i], events.stream(i)));
+            // The first one counts (a later insert changes nothing).
+            first_segment_event.insert(events.addrs()[i], (action, events.sizes()[i], events.stream(i)));
         }
     }
     // An end segment is there at the start when no segment event touches its
@@ -103,7 +104,7 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
     // at the start is the freed one, sized by its segment_free.
     let mut segments: BTreeMap<u64, StartSegment> = BTreeMap::new();
     for s in trace.end_segments.iter().filter(|s| !s.is_expandable) {
-        if !first_segment_event.contains_key(&s.address) {
+        if !first_segment_event.contains(s.address) {
             segments.insert(
                 s.address,
                 StartSegment {
@@ -117,7 +118,7 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
             );
         }
     }
-    for (&addr, &(action, size, stream)) in &first_segment_event {
+    for (addr, (action, size, stream)) in first_segment_event.iter() {
         if action == TraceAction::SegmentFree && !segments.contains_key(&addr) {
             let kind = if size == SMALL_BUFFER { PoolKind::Small } else { PoolKind::Large };
             segments.insert(addr, StartSegment { address: addr, size, stream, kind, pool_id: (0, 0), frames: None });
@@ -322,9 +323,8 @@ struct Seen {
 
 /// Every block address the entries name, with what they say of it: one
 /// walk, one map probe per entry.
-fn blocks_seen(events: &vramkit_trace::Entries) -> vramkit_core::AddrMap<Seen> {
-    // Probed at every entry: the allocator's own open-addressing map.
-    let mut seen: vramkit_core::AddrMap<Seen> = vramkit_core::AddrMap::default();
+fn blocks_seen(events: &vramkit_trace::Entries) -> AddrMap<Seen> {
+    let mut seen: AddrMap<Seen> = AddrMap::default();
     for (i, (&action, &addr)) in events.actions().iter().zip(events.addrs()).enumerate() {
         if !matches!(action, TraceAction::Alloc | TraceAction::FreeRequested | TraceAction::FreeCompleted) {
             continue;
@@ -350,16 +350,13 @@ fn blocks_seen(events: &vramkit_trace::Entries) -> vramkit_core::AddrMap<Seen> {
 
 /// Allocations never freed in the trace whose blocks are not active at the
 /// end (`seen`: what the entries say of each address).
-fn cut_frees(trace: &DeviceTrace, seen: &vramkit_core::AddrMap<Seen>) -> Vec<u64> {
+fn cut_frees(trace: &DeviceTrace, seen: &AddrMap<Seen>) -> Vec<u64> {
     let open = seen.iter().filter_map(|(a, s)| s.open_alloc.map(|i| (a, i)));
-    let active_at_end: AddrMap<()> = trace
-        .end_segments
-        .iter()
-        .flat_map(|s| s.blocks.iter())
-        .filter(|b| b.state.is_active())
-        .map(|b| (b.address, ()))
-        .collect();
-    let mut cut: Vec<(usize, u64)> = open.filter(|(a, _)| !active_at_end.contains_key(a)).map(|(a, i)| (i, a)).collect();
+    let mut active_at_end: AddrMap<()> = AddrMap::default();
+    for b in trace.end_segments.iter().flat_map(|s| s.blocks.iter()).filter(|b| b.state.is_active()) {
+        active_at_end.insert(b.address, ());
+    }
+    let mut cut: Vec<(usize, u64)> = open.filter(|&(a, _)| !active_at_end.contains(a)).map(|(a, i)| (i, a)).collect();
     cut.sort_unstable();
     cut.into_iter().map(|(_, a)| a).collect()
 }
