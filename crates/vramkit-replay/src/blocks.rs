@@ -135,6 +135,11 @@ impl Blocks {
         self.of_entry[i]
     }
 
+    /// The block of every entry ([`of`](Self::of) each), for a walk of the entries.
+    pub(crate) fn column(&self) -> &[u32] {
+        &self.of_entry
+    }
+
     /// How many numbers are in use.
     pub(crate) fn count(&self) -> usize {
         self.count as usize

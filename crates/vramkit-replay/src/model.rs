@@ -333,22 +333,23 @@ impl PreparedTrace<'_> {
         let mut requested: Vec<Option<u64>> = vec![None; blocks.count()];
         let mut failed_block = vec![false; blocks.count()];
         let mut failed = failed.iter().copied().peekable();
-        let (actions, sizes) = (events.actions(), events.sizes());
-        for i in 0..upto {
-            match actions[i] {
+        // The three columns it reads, walked together.
+        let columns = events.actions()[..upto].iter().zip(&events.sizes()[..upto]).zip(&blocks.column()[..upto]);
+        for (i, ((&action, &size), &b)) in columns.enumerate() {
+            match action {
                 TraceAction::Alloc => {
-                    let b = blocks.of(i) as usize;
+                    let b = b as usize;
                     if failed.next_if_eq(&i).is_some() {
                         failed_block[b] = true;
                     } else {
-                        requested[b] = Some(sizes[i]);
-                        lower.add(sizes[i]);
+                        requested[b] = Some(size);
+                        lower.add(size);
                     }
                 }
                 TraceAction::FreeCompleted => {
-                    let b = blocks.of(i) as usize;
+                    let b = b as usize;
                     if !std::mem::take(&mut failed_block[b]) {
-                        lower.remove(requested[b].take().unwrap_or(sizes[i]));
+                        lower.remove(requested[b].take().unwrap_or(size));
                     }
                 }
                 _ => {}
