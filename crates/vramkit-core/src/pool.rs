@@ -70,12 +70,44 @@ fn entry(stream: StreamId, key: FreeKey, id: BlockId) -> FreeEntry {
     FreeEntry { stream, size: key.size, addr: key.addr, counter: key.counter, id, index: NOWHERE }
 }
 
+impl FreeKey {
+    /// `self < k` in (size, counter, address) order, without a branch: a
+    /// search's comparisons go either way at random, and a mispredicted
+    /// branch at each costs more than computing all three.
+    #[inline(always)]
+    fn lt(self, k: FreeKey) -> bool {
+        (self.size < k.size) | ((self.size == k.size) & ((self.counter < k.counter) | ((self.counter == k.counter) & (self.addr < k.addr))))
+    }
+}
+
+/// The index of the first entry of `v` whose key is not below `k` (`v.len()` if none).
+#[inline(always)]
+fn first_not_below(v: &[Slot], k: FreeKey) -> usize {
+    v.partition_point(|e| e.key().lt(k))
+}
+
+/// The index of the first entry of `v` whose key is above `k`.
+#[inline(always)]
+fn first_above(v: &[Slot], k: FreeKey) -> usize {
+    v.partition_point(|e| !k.lt(e.key()))
+}
+
+/// The index of `k` in a sorted vector, if it is there.
+#[inline(always)]
+fn search(v: &[Slot], k: FreeKey) -> Result<usize, usize> {
+    let at = first_not_below(v, k);
+    match v.get(at) {
+        Some(e) if e.key() == k => Ok(at),
+        _ => Err(at),
+    }
+}
+
 /// The index of `k` in a sorted vector, trying `hint` first.
 #[inline(always)]
 fn index_of(v: &[Slot], k: FreeKey, hint: u32) -> Option<usize> {
     match v.get(hint as usize) {
         Some(e) if e.key() == k => Some(hint as usize),
-        _ => v.binary_search_by_key(&k, Slot::key).ok(),
+        _ => search(v, k).ok(),
     }
 }
 
@@ -135,7 +167,7 @@ impl Ordered {
     #[inline]
     fn insert(&mut self, k: FreeKey, id: BlockId) -> bool {
         match self {
-            Ordered::Small(v) => match v.binary_search_by_key(&k, Slot::key) {
+            Ordered::Small(v) => match search(v, k) {
                 Ok(_) => false,
                 Err(at) => {
                     v.insert(at, Slot::new(k, id));
@@ -186,14 +218,14 @@ impl Ordered {
         match self {
             Ordered::Small(v) => {
                 let Some(at) = index_of(v, old, hint) else { return false };
-                let to = if (at == 0 || v[at - 1].key() < new) && v.get(at + 1).is_none_or(|e| new < e.key()) {
+                let to = if (at == 0 || v[at - 1].key().lt(new)) && v.get(at + 1).is_none_or(|e| new.lt(e.key())) {
                     at
-                } else if new < old {
-                    let to = v[..at].partition_point(|e| e.key() < new);
+                } else if new.lt(old) {
+                    let to = first_not_below(&v[..at], new);
                     v.copy_within(to..at, to + 1);
                     to
                 } else {
-                    let to = at + v[at + 1..].partition_point(|e| e.key() < new);
+                    let to = at + first_not_below(&v[at + 1..], new);
                     v.copy_within(at + 1..=to, at);
                     to
                 };
@@ -207,7 +239,7 @@ impl Ordered {
     #[inline]
     fn get(&self, k: FreeKey) -> Option<BlockId> {
         match self {
-            Ordered::Small(v) => v.binary_search_by_key(&k, Slot::key).ok().map(|at| v[at].id),
+            Ordered::Small(v) => search(v, k).ok().map(|at| v[at].id),
             Ordered::Large(m) => m.get(&k).copied(),
         }
     }
@@ -232,7 +264,7 @@ impl Ordered {
     fn after(&self, k: FreeKey, hint: u32) -> Option<(FreeKey, BlockId, u32)> {
         match self {
             Ordered::Small(v) => {
-                let at = index_of(v, k, hint).map_or_else(|| v.partition_point(|e| e.key() <= k), |at| at + 1);
+                let at = index_of(v, k, hint).map_or_else(|| first_above(v, k), |at| at + 1);
                 v.get(at).map(|e| (e.key(), e.id, at as u32))
             }
             Ordered::Large(m) => {
@@ -247,7 +279,7 @@ impl Ordered {
     fn around(&self, k: FreeKey) -> Option<(Option<FreeKey>, Option<FreeKey>)> {
         match self {
             Ordered::Small(v) => {
-                let at = v.binary_search_by_key(&k, Slot::key).ok()?;
+                let at = search(v, k).ok()?;
                 Some((at.checked_sub(1).map(|i| v[i].key()), v.get(at + 1).map(Slot::key)))
             }
             Ordered::Large(m) => Self::around_in_tree(m, k),
@@ -272,7 +304,7 @@ impl Ordered {
     #[inline]
     fn before(&self, k: FreeKey) -> Option<(FreeKey, BlockId)> {
         match self {
-            Ordered::Small(v) => v.partition_point(|e| e.key() < k).checked_sub(1).map(|at| v[at].pair()),
+            Ordered::Small(v) => first_not_below(v, k).checked_sub(1).map(|at| v[at].pair()),
             Ordered::Large(m) => m.range(..k).next_back().map(|(&a, &b)| (a, b)),
         }
     }
@@ -308,6 +340,10 @@ impl FreeBlocks {
 
     #[inline(always)]
     fn stream_mut(&mut self, stream: StreamId) -> &mut Ordered {
+        // Most programs use one stream: its set is the first.
+        if self.streams.first().is_some_and(|(s, _)| *s == stream) {
+            return &mut self.streams[0].1;
+        }
         match self.streams.iter().position(|(s, _)| *s == stream) {
             Some(at) => &mut self.streams[at].1,
             None => self.add_stream(stream),
@@ -470,6 +506,16 @@ mod tests {
     }
 
     proptest! {
+        /// The searches' branch-free comparison is the keys' order, on
+        /// keys that tie in size, counter or both, and on any keys.
+        #[test]
+        fn lt_is_the_key_order(a in key(), b in key(), c in any::<(u64, u32, u64)>(), d in any::<(u64, u32, u64)>()) {
+            prop_assert_eq!(a.lt(b), a < b);
+            prop_assert_eq!(a.lt(a), false);
+            let (c, d) = (FreeKey { size: c.0, counter: c.1, addr: c.2 }, FreeKey { size: d.0, counter: d.1, addr: d.2 });
+            prop_assert_eq!(c.lt(d), c < d);
+        }
+
         /// The free set (sorted vectors, trees past 64 entries, keys
         /// rewritten in place by `rekey`) holds and finds exactly what an
         /// ordered map of (stream, key) does.
