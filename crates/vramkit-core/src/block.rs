@@ -260,7 +260,11 @@ impl BlockArena {
         debug_assert!(slot.size > 0, "discard of a vacant block slot");
         // The other fields are left as they were: `insert` overwrites them.
         slot.size = 0;
-        slot.extras = None;
+        // Almost every block has no extras: test before dropping, so the
+        // drop glue is called only for those that do.
+        if slot.extras.is_some() {
+            slot.extras = None;
+        }
         self.vacant.push(id);
     }
 

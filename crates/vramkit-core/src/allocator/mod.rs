@@ -319,17 +319,15 @@ impl<D: Device> CachingAllocator<D> {
             self.validate();
             return Ok(requested);
         }
-        self.repeat = None;
+        // The state a parked free stands for is the merged one: settling
+        // it first changes nothing a caller can see, even if this free
+        // fails, and the slot found below stays where it is.
+        self.settle_parked();
         let unknown = || Error::UnknownPointer { addr: ptr };
-        let mut slot = self.allocated.find(ptr.0).ok_or_else(unknown)?;
+        let slot = self.allocated.find(ptr.0).ok_or_else(unknown)?;
         let id = self.allocated.at(slot);
-        // A parked free's block keeps its entry, not allocated (`parked.rs`).
         if !self.blocks[id].allocated {
             return Err(unknown());
-        }
-        if self.parked.is_some() {
-            self.settle_parked();
-            slot = self.allocated.find(ptr.0).expect("an allocated block stays in the map");
         }
         let requested = self.blocks[id].requested_size;
         self.free_impl(id, context);
