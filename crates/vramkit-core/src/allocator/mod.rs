@@ -326,6 +326,8 @@ impl<D: Device> CachingAllocator<D> {
         let unknown = || Error::UnknownPointer { addr: ptr };
         let slot = self.allocated.find(ptr.0).ok_or_else(unknown)?;
         let id = self.allocated.at(slot);
+        // With the parked free settled, every block in the map is
+        // allocated; a freed one found here would be a double free.
         if !self.blocks[id].allocated {
             return Err(unknown());
         }
