@@ -45,7 +45,7 @@ impl Requests {
             .iter()
             .zip(events.sizes())
             .filter(|(a, _)| matches!(a, TraceAction::Alloc | TraceAction::Oom))
-            .map(|(_, &s)| s)
+            .map(|(_, s)| s)
             .collect();
         sizes.sort_unstable();
         sizes.dedup();

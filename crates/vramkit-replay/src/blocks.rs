@@ -74,7 +74,7 @@ impl Blocks {
             })
         };
         // The two columns it reads, not whole entries.
-        for (i, (&action, &addr)) in events.actions().iter().zip(events.addrs()).enumerate() {
+        for (i, (&action, addr)) in events.actions().iter().zip(events.addrs()).enumerate() {
             let id = match action {
                 TraceAction::Alloc => open.get(addr).unwrap_or_else(|| {
                     let id = unused.pop().unwrap_or_else(|| fresh(&mut reusable, true));

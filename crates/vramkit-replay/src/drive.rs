@@ -281,7 +281,7 @@ impl<'a> Driver<'a> {
             TraceAction::FreeRequested => {
                 let block = self.blocks.of(i);
                 let Some(p) = self.model_addr(block, e.addr) else { return Step::Other };
-                let pair = self.events.actions().get(i + 1) == Some(&TraceAction::FreeCompleted) && self.events.addrs()[i + 1] == e.addr;
+                let pair = self.events.actions().get(i + 1) == Some(&TraceAction::FreeCompleted) && self.events.addr(i + 1) == e.addr;
                 let held_pair = pair
                     && if self.following {
                         self.reading.held_pairs.binary_search(&i).is_ok()
@@ -423,7 +423,7 @@ impl<'a> Driver<'a> {
         // completion none): no whole entry is built but for `apply`.
         match plan {
             Plan::Malloc => {
-                let got = malloc(model, self.events.sizes()[i], StreamId(self.events.stream(i)));
+                let got = malloc(model, self.events.size(i), StreamId(self.events.stream(i)));
                 Step::Alloc(self.allocated(model, i, got))
             }
             Plan::Free => {
@@ -451,7 +451,7 @@ impl<'a> Driver<'a> {
     /// The plain free at `i` ([`Plan::Free`]): its block, unless the model failed its `alloc`.
     #[inline(always)]
     fn free_planned(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize) {
-        if let Some(p) = self.model_addr(self.blocks.of(i), self.events.addrs()[i]) {
+        if let Some(p) = self.model_addr(self.blocks.of(i), self.events.addr(i)) {
             free(model, DeviceAddr(p));
         }
     }
@@ -496,7 +496,7 @@ impl<'a> Driver<'a> {
     /// torch 2.12's tie rule).
     fn freed_by_quiet_sync(&self, i: usize) -> bool {
         let actions = self.events.actions();
-        let plain = i > 0 && actions[i - 1] == TraceAction::FreeRequested && self.events.addrs()[i - 1] == self.events.addrs()[i];
+        let plain = i > 0 && actions[i - 1] == TraceAction::FreeRequested && self.events.addr(i - 1) == self.events.addr(i);
         !plain
             && actions.get(i + 1).is_some_and(|&a| {
                 !matches!(

@@ -333,15 +333,16 @@ impl PreparedTrace<'_> {
         let mut requested: Vec<Option<u64>> = vec![None; blocks.count()];
         let mut failed_block = vec![false; blocks.count()];
         let mut failed = failed.iter().copied().peekable();
-        // The three columns it reads, walked together.
-        let columns = events.actions()[..upto].iter().zip(&events.sizes()[..upto]).zip(&blocks.column()[..upto]);
-        for (i, ((&action, &size), &b)) in columns.enumerate() {
+        // Two columns walked together; an entry's size read where it counts.
+        let columns = events.actions()[..upto].iter().zip(&blocks.column()[..upto]);
+        for (i, (&action, &b)) in columns.enumerate() {
             match action {
                 TraceAction::Alloc => {
                     let b = b as usize;
                     if failed.next_if_eq(&i).is_some() {
                         failed_block[b] = true;
                     } else {
+                        let size = events.size(i);
                         requested[b] = Some(size);
                         lower.add(size);
                     }
@@ -349,7 +350,7 @@ impl PreparedTrace<'_> {
                 TraceAction::FreeCompleted => {
                     let b = b as usize;
                     if !std::mem::take(&mut failed_block[b]) {
-                        lower.remove(requested[b].take().unwrap_or(size));
+                        lower.remove(requested[b].take().unwrap_or_else(|| events.size(i)));
                     }
                 }
                 _ => {}

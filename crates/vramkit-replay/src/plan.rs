@@ -35,14 +35,14 @@ impl Plan {
 /// each plain case exactly where `Driver::apply`, following them, would
 /// take that case's path.
 pub(crate) fn plan(events: &Entries, reading: &Reading, routing: &PoolRouting) -> Vec<Plan> {
-    let (actions, addrs) = (events.actions(), events.addrs());
+    let actions = events.actions();
     let mut plan = vec![Plan::Apply; actions.len()];
     for i in 0..actions.len() {
         match actions[i] {
             TraceAction::Alloc if routing.pool(i).is_none() => plan[i] = Plan::Malloc,
             TraceAction::FreeRequested
                 if actions.get(i + 1) == Some(&TraceAction::FreeCompleted)
-                    && addrs[i + 1] == addrs[i]
+                    && events.addr(i + 1) == events.addr(i)
                     && reading.held_pairs.binary_search(&i).is_err() =>
             {
                 plan[i] = Plan::Free;

@@ -193,11 +193,11 @@ struct Instance {
 /// freed when its event was found complete). PyTorch skips that while any
 /// capture is underway.
 fn after_process_events(events: &Entries, i: usize) -> bool {
-    let (actions, addrs) = (events.actions(), events.addrs());
+    let actions = events.actions();
     let mut j = i;
     while j > 0 && actions[j - 1] == TraceAction::FreeCompleted {
         j -= 1;
-        let plain = j > 0 && actions[j - 1] == TraceAction::FreeRequested && addrs[j - 1] == addrs[j];
+        let plain = j > 0 && actions[j - 1] == TraceAction::FreeRequested && events.addr(j - 1) == events.addr(j);
         if !plain {
             return true;
         }

@@ -100,8 +100,8 @@ impl<'t> PreparedTrace<'t> {
                 rayon::join(
                     || Blocks::number(events),
                     || {
-                        let ends = events.actions().iter().zip(events.addrs().iter().zip(events.sizes()));
-                        ends.filter(|&(&a, _)| a != TraceAction::Oom).map(|(_, (&addr, &size))| addr + size).max().unwrap_or(0)
+                        let ends = events.actions().iter().zip(events.addrs().zip(events.sizes()));
+                        ends.filter(|&(&a, _)| a != TraceAction::Oom).map(|(_, (addr, size))| addr + size).max().unwrap_or(0)
                     },
                 )
             },

@@ -191,15 +191,15 @@ pub fn classify_with_capacity(
     let mut reserved_before = Vec::with_capacity(runs.len());
     let mut max_reserved = reserved;
     let mut next_run = runs.iter().map(|r| r.0).peekable();
-    // The two columns it reads, not whole entries.
-    for (i, (&action, &size)) in events.actions().iter().zip(events.sizes()).enumerate() {
+    // The actions column, and a size where it counts.
+    for (i, &action) in events.actions().iter().enumerate() {
         if next_run.peek() == Some(&i) {
             reserved_before.push(reserved);
             next_run.next();
         }
         match action {
-            TraceAction::SegmentAlloc | TraceAction::SegmentMap => reserved += size,
-            TraceAction::SegmentFree | TraceAction::SegmentUnmap => reserved = reserved.saturating_sub(size),
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap => reserved += events.size(i),
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => reserved = reserved.saturating_sub(events.size(i)),
             _ => {}
         }
         max_reserved = max_reserved.max(reserved);

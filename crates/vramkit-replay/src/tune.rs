@@ -364,7 +364,7 @@ fn largest_segment(trace: &DeviceTrace) -> u64 {
         .iter()
         .zip(events.sizes())
         .filter(|(&a, _)| a == TraceAction::Alloc)
-        .map(|(_, &size)| get_allocation_size(round_size(size, &divisions), vramkit_core::rounding::LARGE_BUFFER));
+        .map(|(_, size)| get_allocation_size(round_size(size, &divisions), vramkit_core::rounding::LARGE_BUFFER));
     let segments = trace.end_segments.iter().map(|s| s.total_size);
     requests.chain(segments).max().unwrap_or(0)
 }

@@ -452,7 +452,7 @@ fn left_reservation(model: &CachingAllocator<SimDevice>, events: &Entries, i: us
     }
     let actions = events.actions();
     let before = actions[..i].iter().rev().take_while(|&&a| is_segment_event(a)).count();
-    let first_map = (i - before..i).any(|j| actions[j] == TraceAction::SegmentMap && !model.device().in_mapped_span(events.addrs()[j]));
+    let first_map = (i - before..i).any(|j| actions[j] == TraceAction::SegmentMap && !model.device().in_mapped_span(events.addr(j)));
     let e = events.get(i);
     first_map && model.malloc_address(e.size, StreamId(e.stream), false) != Some(vramkit_core::DeviceAddr(e.addr))
 }
@@ -466,7 +466,7 @@ fn left_reservation(model: &CachingAllocator<SimDevice>, events: &Entries, i: us
 /// which the model repeats by itself), or the default pools' request that
 /// follows is served from the cache, needing no pages.
 fn mapped_by_failed_request(model: &CachingAllocator<SimDevice>, events: &Entries, i: usize, routing: &PoolRouting) -> bool {
-    if !model.device().in_mapped_span(events.addrs()[i]) {
+    if !model.device().in_mapped_span(events.addr(i)) {
         return false;
     }
     let actions = events.actions();

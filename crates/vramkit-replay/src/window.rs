@@ -95,7 +95,7 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
     for (i, &action) in events.actions().iter().enumerate() {
         if matches!(action, TraceAction::SegmentAlloc | TraceAction::SegmentFree) {
             // The first one counts (a later insert changes nothing).
-            first_segment_event.insert(events.addrs()[i], (action, events.sizes()[i], events.stream(i)));
+            first_segment_event.insert(events.addr(i), (action, events.size(i), events.stream(i)));
         }
     }
     // An end segment is there at the start when no segment event touches its
@@ -157,7 +157,7 @@ pub fn rebuild_start(trace: &DeviceTrace, config: &AllocatorConfig) -> Result<St
             LiveBlock {
                 addr,
                 size: None,
-                requested: trace.events.sizes()[i],
+                requested: trace.events.size(i),
                 state,
                 frames: trace.events.frames(i).cloned(),
                 freed_at: seen.first_completed,
@@ -270,7 +270,7 @@ fn mapped_at_start(trace: &DeviceTrace) -> Vec<(u64, u64)> {
     }
     let events = &trace.events;
     for (i, &action) in events.actions().iter().enumerate().rev() {
-        let range = || (events.addrs()[i], events.addrs()[i] + events.sizes()[i]);
+        let range = || (events.addr(i), events.addr(i) + events.size(i));
         match action {
             TraceAction::SegmentMap => {
                 let (s, e) = range();
@@ -325,7 +325,7 @@ struct Seen {
 /// walk, one map probe per entry.
 fn blocks_seen(events: &vramkit_trace::Entries) -> AddrMap<Seen> {
     let mut seen: AddrMap<Seen> = AddrMap::default();
-    for (i, (&action, &addr)) in events.actions().iter().zip(events.addrs()).enumerate() {
+    for (i, (&action, addr)) in events.actions().iter().zip(events.addrs()).enumerate() {
         if !matches!(action, TraceAction::Alloc | TraceAction::FreeRequested | TraceAction::FreeCompleted) {
             continue;
         }

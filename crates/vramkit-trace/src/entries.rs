@@ -6,12 +6,12 @@
 //! field is a column of its own, an optional field's column is empty when
 //! no entry has it, and stacks and strings are held once each, in tables the
 //! entries index (stacks repeat: one per allocation site). An entry costs
-//! 17 bytes (action, address, size), one more where the trace uses several
+//! 9 bytes (action, address, size), one more where the trace uses several
 //! streams, 4 for a recorded time (8 in a trace that spans more than 35
 //! minutes; see `narrow.rs`) and 4 for each of stack, compile context and
 //! user metadata where recorded; a [`TraceEntry`] takes 120.
 
-use crate::narrow::{Streams, Times};
+use crate::narrow::{Addrs, Sizes, Streams, Times};
 use std::collections::HashMap;
 use vramkit_core::snapshot::{Frame, Frames, TraceAction, TraceEntry};
 
@@ -32,8 +32,8 @@ pub struct Entry {
 #[derive(Clone, Debug, Default)]
 pub struct Entries {
     actions: Vec<TraceAction>,
-    addrs: Vec<u64>,
-    sizes: Vec<u64>,
+    addrs: Addrs,
+    sizes: Sizes,
     streams: Streams,
     /// `time_us` per entry; empty when no entry records one.
     times: Times,
@@ -79,7 +79,7 @@ impl Entries {
     /// Entry `i`'s four fields. Panics if `i` is out of range.
     #[inline(always)]
     pub fn get(&self, i: usize) -> Entry {
-        Entry { action: self.actions[i], addr: self.addrs[i], size: self.sizes[i], stream: self.streams.get(i) }
+        Entry { action: self.actions[i], addr: self.addrs.get(i), size: self.sizes.get(i), stream: self.streams.get(i) }
     }
 
     /// Every entry's four fields, oldest first.
@@ -98,14 +98,29 @@ impl Entries {
         &self.actions
     }
 
-    /// The addresses column (`device_free` for `oom` entries).
-    pub fn addrs(&self) -> &[u64] {
-        &self.addrs
+    /// Entry `i`'s address (`device_free` for an `oom` entry). Panics if
+    /// `i` is out of range.
+    #[inline(always)]
+    pub fn addr(&self, i: usize) -> u64 {
+        self.addrs.get(i)
     }
 
-    /// The sizes column.
-    pub fn sizes(&self) -> &[u64] {
-        &self.sizes
+    /// Entry `i`'s size. Panics if `i` is out of range.
+    #[inline(always)]
+    pub fn size(&self, i: usize) -> u64 {
+        self.sizes.get(i)
+    }
+
+    /// Every entry's address, oldest first.
+    #[inline]
+    pub fn addrs(&self) -> impl ExactSizeIterator<Item = u64> + DoubleEndedIterator + Clone + '_ {
+        self.addrs.iter()
+    }
+
+    /// Every entry's size, oldest first.
+    #[inline]
+    pub fn sizes(&self) -> impl ExactSizeIterator<Item = u64> + DoubleEndedIterator + Clone + '_ {
+        self.sizes.iter()
     }
 
     /// Entry `i`'s stream handle. Panics if `i` is out of range.
@@ -191,7 +206,8 @@ impl Entries {
     pub fn heap_bytes(&self) -> usize {
         let frames: usize = self.stacks.iter().map(|s| s.iter().map(|f| 48 + f.filename.len() + f.name.len()).sum::<usize>()).sum();
         self.actions.capacity()
-            + 8 * (self.addrs.capacity() + self.sizes.capacity())
+            + self.addrs.heap_bytes()
+            + self.sizes.heap_bytes()
             + self.streams.heap_bytes()
             + self.times.heap_bytes()
             + 4 * (self.untimed.capacity() + self.frames.capacity() + self.compile_contexts.capacity() + self.user_metadata.capacity())
@@ -208,8 +224,8 @@ impl PartialEq for Entries {
             (a, b) => a.is_none() && b.is_none(),
         };
         self.actions == other.actions
-            && self.addrs == other.addrs
-            && self.sizes == other.sizes
+            && self.addrs.iter().eq(other.addrs.iter())
+            && self.sizes.iter().eq(other.sizes.iter())
             && self.streams.same(&other.streams)
             && (0..self.len()).all(|i| {
                 self.time_us(i) == other.time_us(i)
@@ -389,11 +405,8 @@ impl Entries {
     /// Room for `additional` more entries in the columns entries so far fill.
     pub(crate) fn reserve(&mut self, additional: usize) {
         self.actions.reserve(additional);
-        for column in [&mut self.addrs, &mut self.sizes] {
-            if !column.is_empty() {
-                column.reserve(additional);
-            }
-        }
+        self.addrs.reserve(additional);
+        self.sizes.reserve(additional);
         self.streams.reserve(additional);
         if !self.times.is_empty() {
             self.times.reserve(additional);
@@ -444,8 +457,8 @@ impl Entries {
             self.untimed = untimed;
         }
         merge(&mut self.actions, &others.actions, positions, rows, TraceAction::Alloc);
-        merge(&mut self.addrs, &others.addrs, positions, rows, 0);
-        merge(&mut self.sizes, &others.sizes, positions, rows, 0);
+        self.addrs.interleave(&others.addrs, positions, rows);
+        self.sizes.interleave(&others.sizes, positions, rows);
         self.streams.interleave(&others.streams, positions, rows);
         self.times.interleave(&others.times, positions, rows);
         merge(&mut self.frames, &others.frames, positions, rows, 0);

@@ -31,7 +31,7 @@
 //! separate: CSV lines straight to trace entries.
 //!
 //! The data types stand on their own: `file.rs` ([`SnapshotFile`] and what
-//! it holds), `trace_file.rs` ([`TraceFile`]), `entries.rs` ([`Entries`], two of
+//! it holds), `trace_file.rs` ([`TraceFile`]), `entries.rs` ([`Entries`], four of
 //! whose columns `narrow.rs` keeps narrow),
 //! `settings.rs` ([`AllocatorSettings`] and its mapping to a core config)
 //! and `legacy.rs` ([`LegacyHistory`]) know neither walker; the walkers

@@ -1,4 +1,4 @@
-//! Two columns of [`Entries`](crate::Entries) kept narrow. A trace holds
+//! Four columns of [`Entries`](crate::Entries) kept narrow. A trace holds
 //! millions of entries, so each byte an entry takes is megabytes, and the
 //! first touch of each fresh page of a column costs the kernel about as
 //! much as the reader spends on the entries that fill it:
@@ -9,8 +9,13 @@
 //!   entries lie within minutes of each other, so an entry keeps its offset
 //!   from the first time (four bytes, ±35 minutes); once one does not fit,
 //!   the times.
+//! - [`Addrs`] and [`Sizes`] ([`Words`]): PyTorch's blocks start on
+//!   multiples of 512 within a TiB of each other, and almost every size is
+//!   below 4 GiB, so an entry keeps four bytes of each; the few values that
+//!   do not fit (an `oom` entry's free bytes, a size of 4 GiB or more) are
+//!   kept beside the column.
 //!
-//! Both read back exactly what was pushed.
+//! All read back exactly what was pushed.
 
 /// Handles a byte can index.
 const MAX_FEW: usize = 256;
@@ -258,6 +263,166 @@ impl Times {
     }
 }
 
+/// A [`Words`] entry whose value is kept beside the column (no value's
+/// units are this many).
+const ESCAPE: u32 = u32::MAX;
+
+/// A column of 64-bit values most of which lie near each other on a grid
+/// of `1 << SHIFT`. Each entry keeps `(value - base) >> SHIFT` in four bytes;
+/// a value off the grid or out of reach keeps [`ESCAPE`] there and its value
+/// in `escaped`, found by binary search. `base` is the first value less
+/// `BELOW` (saturating), on the grid. Should more than a quarter of the
+/// entries come to be kept beside the column (the first value was the odd
+/// one out), the column is laid out once more around the value that tipped
+/// it; after that, values that do not fit are kept beside it however many.
+///
+/// What is kept is a function of the values pushed, in order: two columns
+/// of the same values are equal field by field.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Words<const SHIFT: u32, const BELOW: u64> {
+    base: u64,
+    /// Whether `base` is chosen (at the first push).
+    based: bool,
+    /// Whether the column was laid out around a new base once.
+    rebased: bool,
+    /// Per entry, its units above `base`, or [`ESCAPE`].
+    units: Vec<u32>,
+    /// `(entry, value)` of each entry kept beside the column, ascending.
+    escaped: Vec<(usize, u64)>,
+}
+
+/// Addresses: multiples of 512 within a TiB either side of the first.
+pub(crate) type Addrs = Words<9, { 1 << 40 }>;
+/// Sizes: any below 4 GiB.
+pub(crate) type Sizes = Words<0, { u64::MAX }>;
+
+impl<const SHIFT: u32, const BELOW: u64> Words<SHIFT, BELOW> {
+    /// Entries.
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        self.units.len()
+    }
+
+    /// Entry `i`'s value. Panics if `i` is out of range.
+    #[inline(always)]
+    pub(crate) fn get(&self, i: usize) -> u64 {
+        self.decode(i, self.units[i])
+    }
+
+    #[inline(always)]
+    fn decode(&self, i: usize, units: u32) -> u64 {
+        if units != ESCAPE {
+            self.base.wrapping_add(u64::from(units) << SHIFT)
+        } else {
+            self.escaped_value(i)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn escaped_value(&self, i: usize) -> u64 {
+        let at = self.escaped.binary_search_by_key(&i, |&(j, _)| j);
+        debug_assert!(at.is_ok(), "entry {i} is kept beside the column");
+        at.map_or(0, |k| self.escaped[k].1)
+    }
+
+    /// Every entry's value, in order.
+    #[inline]
+    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = u64> + DoubleEndedIterator + Clone + '_ {
+        self.units.iter().enumerate().map(|(i, &u)| self.decode(i, u))
+    }
+
+    /// Appends an entry holding `v`.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, v: u64) {
+        if !self.based {
+            self.choose_base(v);
+        }
+        match Self::units_of(v, self.base) {
+            Some(units) => self.units.push(units),
+            None => self.push_escaped(v),
+        }
+    }
+
+    /// [`push`](Self::push) of each of `values`, in one pass where all of
+    /// them fit (as nearly all do), else one by one.
+    #[inline]
+    pub(crate) fn extend(&mut self, values: impl Iterator<Item = u64> + Clone) {
+        let Some(first) = values.clone().next() else { return };
+        if !self.based {
+            self.choose_base(first);
+        }
+        let (start, base) = (self.units.len(), self.base);
+        self.units.extend(values.clone().map(|v| Self::units_of(v, base).unwrap_or(ESCAPE)));
+        if self.units[start..].contains(&ESCAPE) {
+            self.units.truncate(start);
+            values.for_each(|v| self.push(v));
+        }
+    }
+
+    /// `v`'s units above `base`, if it is on the grid and within reach:
+    /// rotated right, bits below the grid land on top, above any units.
+    #[inline(always)]
+    fn units_of(v: u64, base: u64) -> Option<u32> {
+        let units = v.wrapping_sub(base).rotate_right(SHIFT);
+        (units < u64::from(ESCAPE)).then_some(units as u32)
+    }
+
+    /// The base, from the first value: `first` less `BELOW`, on the grid.
+    #[cold]
+    fn choose_base(&mut self, first: u64) {
+        self.based = true;
+        self.base = first.saturating_sub(BELOW) >> SHIFT << SHIFT;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn push_escaped(&mut self, v: u64) {
+        self.escaped.push((self.units.len(), v));
+        self.units.push(ESCAPE);
+        if !self.rebased && self.escaped.len() > self.units.len() / 4 + 64 {
+            let values: Vec<u64> = self.iter().collect();
+            let mut again = Words { rebased: true, ..Words::default() };
+            again.choose_base(v);
+            again.reserve(self.units.capacity());
+            for value in values {
+                again.push(value);
+            }
+            *self = again;
+        }
+    }
+
+    /// Room for `additional` more entries.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.units.reserve(additional);
+    }
+
+    /// Bytes on the heap.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        4 * self.units.capacity() + 16 * self.escaped.capacity()
+    }
+
+    /// These `rows` entries with `others` put in at `positions` (see
+    /// `Entries::interleave`), pushed again in order.
+    pub(crate) fn interleave(&mut self, others: &Self, positions: &[usize], rows: usize) {
+        debug_assert_eq!((self.len(), others.len()), (rows, positions.len()));
+        let mut out = Self::default();
+        out.reserve(rows + positions.len());
+        let mut next = positions.iter().zip(0..).peekable();
+        let mut mine = 0;
+        for at in 0..rows + positions.len() {
+            match next.next_if(|&(&p, _)| p == at) {
+                Some((_, k)) => out.push(others.get(k)),
+                None => {
+                    out.push(self.get(mine));
+                    mine += 1;
+                }
+            }
+        }
+        *self = out;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,6 +491,92 @@ mod tests {
             }
             prop_assert_eq!(t.get(want.len()), None);
         }
+    }
+
+    proptest! {
+        /// Addresses and sizes read back as pushed: on the grid or off it,
+        /// near the first value or a TiB and more away, the first one the
+        /// odd one out or not; so do interleaved ones, and two columns of
+        /// the same values are equal.
+        #[test]
+        fn words_read_back_as_pushed(
+            first in prop_oneof![Just(0u64), Just(0x7f21_7a60_0000u64), Just(1_234_567_891u64), any::<u64>()],
+            picks in proptest::collection::vec(
+                prop_oneof![
+                    8 => (0u64..1 << 22).prop_map(|k| 0x7f21_7a60_0000 + k * 512),
+                    1 => (0u64..1 << 22).prop_map(|k| 0x7f21_7a60_0000 - k * 512),
+                    1 => any::<u64>(),
+                    1 => 0u64..1 << 33,
+                    1 => Just(u64::MAX),
+                ],
+                0..700,
+            ),
+            order in proptest::collection::vec(proptest::bool::weighted(0.1), 0..700),
+        ) {
+            let values: Vec<u64> = std::iter::once(first).chain(picks).collect();
+            let (mut addrs, mut sizes) = (Addrs::default(), Sizes::default());
+            for &v in &values {
+                addrs.push(v);
+                sizes.push(v);
+            }
+            prop_assert_eq!(addrs.len(), values.len());
+            // In batches, as the reader's column thread takes them: the same column.
+            for batch in [1, 7, 4096] {
+                let (mut a, mut b) = (Addrs::default(), Sizes::default());
+                for chunk in values.chunks(batch) {
+                    a.extend(chunk.iter().copied());
+                    b.extend(chunk.iter().copied());
+                }
+                prop_assert_eq!(&a, &addrs);
+                prop_assert_eq!(&b, &sizes);
+            }
+            prop_assert_eq!(addrs.iter().collect::<Vec<_>>(), values.clone());
+            prop_assert_eq!(sizes.iter().collect::<Vec<_>>(), values.clone());
+            prop_assert_eq!((0..values.len()).map(|i| addrs.get(i)).collect::<Vec<_>>(), values.clone());
+            prop_assert_eq!(addrs.iter().rev().collect::<Vec<_>>(), values.iter().rev().copied().collect::<Vec<_>>());
+            // Interleaved: `order[j]` says whether entry j of the result is one of the others.
+            let positions: Vec<usize> = (0..order.len().min(values.len())).filter(|&j| order[j]).collect();
+            let theirs: Vec<u64> = positions.iter().map(|&p| values[p] ^ 0x200).collect();
+            let mine: Vec<u64> = (0..values.len()).filter(|j| !positions.contains(j)).map(|j| values[j]).collect();
+            let (mut column, mut others) = (Addrs::default(), Addrs::default());
+            mine.iter().for_each(|&v| column.push(v));
+            theirs.iter().for_each(|&v| others.push(v));
+            column.interleave(&others, &positions, mine.len());
+            let expected: Vec<u64> = (0..values.len()).map(|j| if positions.contains(&j) { values[j] ^ 0x200 } else { values[j] }).collect();
+            prop_assert_eq!(column.iter().collect::<Vec<_>>(), expected.clone());
+            let mut direct = Addrs::default();
+            expected.iter().for_each(|&v| direct.push(v));
+            prop_assert_eq!(column, direct);
+        }
+    }
+
+    /// PyTorch's addresses and sizes take four bytes each and nothing
+    /// beside the column; an `oom` entry's free bytes and a 5 GiB size are
+    /// kept beside it; a first value far from the rest is left behind once.
+    #[test]
+    fn words_keep_the_usual_values_in_four_bytes() {
+        let block = |k: u64| 0x7f21_7a60_0000 + k * 512;
+        let mut addrs = Addrs::default();
+        let mut sizes = Sizes::default();
+        for k in 0..10_000 {
+            addrs.push(block(k * 7 % 5000));
+            sizes.push(k * 1000 + 1);
+        }
+        assert!(addrs.escaped.is_empty() && sizes.escaped.is_empty());
+        addrs.push(1_234_567_891);
+        sizes.push(5 << 30);
+        assert_eq!((addrs.escaped.len(), sizes.escaped.len()), (1, 1));
+        assert_eq!((addrs.get(10_000), sizes.get(10_000), addrs.get(9_999)), (1_234_567_891, 5 << 30, block(9_999 * 7 % 5000)));
+
+        // The first value is an `oom` entry's free bytes: every address after it is out of its reach.
+        let mut odd = Addrs::default();
+        odd.push(1_234_567_891);
+        for k in 0..1000 {
+            odd.push(block(k));
+        }
+        assert!(odd.rebased);
+        assert_eq!(odd.escaped, [(0, 1_234_567_891)]);
+        assert_eq!(odd.iter().skip(1).collect::<Vec<_>>(), (0..1000).map(block).collect::<Vec<_>>());
     }
 
     /// A trace within 35 minutes keeps four bytes per time; one that is not
