@@ -20,6 +20,27 @@
 /// Handles a byte can index.
 const MAX_FEW: usize = 256;
 
+/// One entry of an interleaving (see `Entries::interleave`): this
+/// column's entry, or the others'.
+enum Side {
+    Mine(usize),
+    Theirs(usize),
+}
+
+/// The `rows + positions.len()` entries of an interleaving, in order:
+/// the others' entry `k` at `positions[k]`, this column's entries between.
+fn interleaving(rows: usize, positions: &[usize]) -> impl Iterator<Item = Side> + '_ {
+    let mut next = positions.iter().zip(0..).peekable();
+    let mut mine = 0;
+    (0..rows + positions.len()).map(move |at| match next.next_if(|&(&p, _)| p == at) {
+        Some((_, k)) => Side::Theirs(k),
+        None => {
+            mine += 1;
+            Side::Mine(mine - 1)
+        }
+    })
+}
+
 /// The stream handle of each entry.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Streams {
@@ -124,16 +145,11 @@ impl Streams {
         // Entry by entry, in order: the handle table stays first seen first.
         let mut out = Streams::default();
         out.reserve(rows + positions.len());
-        let mut next = positions.iter().zip(0..).peekable();
-        let mut mine = 0;
-        for at in 0..rows + positions.len() {
-            match next.next_if(|&(&p, _)| p == at) {
-                Some((_, k)) => out.push(others.get(k)),
-                None => {
-                    out.push(self.get(mine));
-                    mine += 1;
-                }
-            }
+        for side in interleaving(rows, positions) {
+            out.push(match side {
+                Side::Mine(j) => self.get(j),
+                Side::Theirs(k) => others.get(k),
+            });
         }
         *self = out;
     }
@@ -245,15 +261,10 @@ impl Times {
             return;
         }
         let mine = std::mem::take(self);
-        let mut next = positions.iter().zip(0..).peekable();
-        let mut k = 0;
-        for at in 0..rows + positions.len() {
-            let t = match next.next_if(|&(&p, _)| p == at) {
-                Some((_, j)) => others.get(j),
-                None => {
-                    k += 1;
-                    mine.get(k - 1)
-                }
+        for side in interleaving(rows, positions) {
+            let t = match side {
+                Side::Mine(j) => mine.get(j),
+                Side::Theirs(k) => others.get(k),
             };
             match t {
                 Some(t) => self.push(t),
@@ -408,16 +419,11 @@ impl<const SHIFT: u32, const BELOW: u64> Words<SHIFT, BELOW> {
         debug_assert_eq!((self.len(), others.len()), (rows, positions.len()));
         let mut out = Self::default();
         out.reserve(rows + positions.len());
-        let mut next = positions.iter().zip(0..).peekable();
-        let mut mine = 0;
-        for at in 0..rows + positions.len() {
-            match next.next_if(|&(&p, _)| p == at) {
-                Some((_, k)) => out.push(others.get(k)),
-                None => {
-                    out.push(self.get(mine));
-                    mine += 1;
-                }
-            }
+        for side in interleaving(rows, positions) {
+            out.push(match side {
+                Side::Mine(j) => self.get(j),
+                Side::Theirs(k) => others.get(k),
+            });
         }
         *self = out;
     }
