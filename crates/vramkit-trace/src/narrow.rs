@@ -20,23 +20,22 @@
 /// Handles a byte can index.
 const MAX_FEW: usize = 256;
 
-/// One entry of an interleaving (see `Entries::interleave`): this
-/// column's entry, or the others'.
-enum Side {
-    Mine(usize),
-    Theirs(usize),
-}
-
 /// The `rows + positions.len()` entries of an interleaving, in order:
-/// the others' entry `k` at `positions[k]`, this column's entries between.
-fn interleaving(rows: usize, positions: &[usize]) -> impl Iterator<Item = Side> + '_ {
+/// the others' entry `k` (`theirs(k)`) at `positions[k]`, this column's
+/// entries (`mine(j)`) between.
+fn interleaved<'a, T>(
+    rows: usize,
+    positions: &'a [usize],
+    mine: impl Fn(usize) -> T + 'a,
+    theirs: impl Fn(usize) -> T + 'a,
+) -> impl Iterator<Item = T> + 'a {
     let mut next = positions.iter().zip(0..).peekable();
-    let mut mine = 0;
+    let mut j = 0;
     (0..rows + positions.len()).map(move |at| match next.next_if(|&(&p, _)| p == at) {
-        Some((_, k)) => Side::Theirs(k),
+        Some((_, k)) => theirs(k),
         None => {
-            mine += 1;
-            Side::Mine(mine - 1)
+            j += 1;
+            mine(j - 1)
         }
     })
 }
@@ -145,11 +144,8 @@ impl Streams {
         // Entry by entry, in order: the handle table stays first seen first.
         let mut out = Streams::default();
         out.reserve(rows + positions.len());
-        for side in interleaving(rows, positions) {
-            out.push(match side {
-                Side::Mine(j) => self.get(j),
-                Side::Theirs(k) => others.get(k),
-            });
+        for value in interleaved(rows, positions, |j| self.get(j), |k| others.get(k)) {
+            out.push(value);
         }
         *self = out;
     }
@@ -261,11 +257,7 @@ impl Times {
             return;
         }
         let mine = std::mem::take(self);
-        for side in interleaving(rows, positions) {
-            let t = match side {
-                Side::Mine(j) => mine.get(j),
-                Side::Theirs(k) => others.get(k),
-            };
+        for t in interleaved(rows, positions, |j| mine.get(j), |k| others.get(k)) {
             match t {
                 Some(t) => self.push(t),
                 None => self.push_none(),
@@ -419,11 +411,8 @@ impl<const SHIFT: u32, const BELOW: u64> Words<SHIFT, BELOW> {
         debug_assert_eq!((self.len(), others.len()), (rows, positions.len()));
         let mut out = Self::default();
         out.reserve(rows + positions.len());
-        for side in interleaving(rows, positions) {
-            out.push(match side {
-                Side::Mine(j) => self.get(j),
-                Side::Theirs(k) => others.get(k),
-            });
+        for value in interleaved(rows, positions, |j| self.get(j), |k| others.get(k)) {
+            out.push(value);
         }
         *self = out;
     }
