@@ -422,7 +422,7 @@ impl<'a> Driver<'a> {
         // Each case reads only the columns it needs (a plain free's
         // completion none): no whole entry is built but for `apply`.
         match plan {
-            Plan::Malloc => {
+            Plan::Malloc | Plan::Temporary => {
                 let got = malloc(model, self.events.size(i), StreamId(self.events.stream(i)));
                 Step::Alloc(self.allocated(model, i, got))
             }
@@ -446,6 +446,21 @@ impl<'a> Driver<'a> {
         debug_assert_eq!((self.plan[i], self.plan[i + 1]), (Plan::Free, Plan::Completed));
         self.free_planned(model, i);
         self.completed(model, i + 1);
+    }
+
+    /// Applies the temporary at `i` ([`Plan::Temporary`]) and its plain
+    /// free at `i + 1` and `i + 2` in one step, if the model takes it in
+    /// one (`malloc_then_free`: a cache hit, so reserved bytes stay as
+    /// they were); false: nothing was applied.
+    #[inline(always)]
+    pub fn temporary(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize) -> bool {
+        debug_assert_eq!((self.plan[i], self.plan[i + 1], self.plan[i + 2]), (Plan::Temporary, Plan::Free, Plan::Completed));
+        // Held blocks left to a synchronisation are freed after a `malloc`.
+        if !self.overdue.is_empty() || model.malloc_then_free(self.events.size(i), StreamId(self.events.stream(i))).is_none() {
+            return false;
+        }
+        self.completed(model, i + 2);
+        true
     }
 
     /// The plain free at `i` ([`Plan::Free`]): its block, unless the model failed its `alloc`.

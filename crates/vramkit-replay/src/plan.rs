@@ -13,6 +13,10 @@ use vramkit_trace::Entries;
 pub(crate) enum Plan {
     /// An `alloc` that no private pool serves: a `malloc`.
     Malloc,
+    /// Such an `alloc` whose block the next two entries free ([`Plan::Free`]
+    /// and [`Plan::Completed`]): a temporary, the model's
+    /// `malloc_then_free` where it takes it.
+    Temporary,
     /// A `free_requested` directly followed by its `free_completed`, its
     /// block not held: a plain `free`.
     Free,
@@ -27,7 +31,7 @@ impl Plan {
     /// completion only gives memory back to the cache).
     #[inline(always)]
     pub fn may_reserve(self) -> bool {
-        matches!(self, Plan::Malloc | Plan::Apply)
+        matches!(self, Plan::Malloc | Plan::Temporary | Plan::Apply)
     }
 }
 
@@ -49,6 +53,13 @@ pub(crate) fn plan(events: &Entries, reading: &Reading, routing: &PoolRouting) -
                 plan[i + 1] = Plan::Completed;
             }
             _ => {}
+        }
+    }
+    // An address is live once: the free of the address just allocated is
+    // that allocation's.
+    for i in 0..plan.len().saturating_sub(2) {
+        if plan[i] == Plan::Malloc && plan[i + 1] == Plan::Free && events.addr(i + 1) == events.addr(i) {
+            plan[i] = Plan::Temporary;
         }
     }
     plan

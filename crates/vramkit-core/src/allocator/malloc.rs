@@ -147,7 +147,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `round_size(orig_size)`, remembered for the next request: a training
     /// step asks for the same sizes again and again.
     #[inline(always)]
-    fn rounded(&mut self, orig_size: u64) -> u64 {
+    pub(crate) fn rounded(&mut self, orig_size: u64) -> u64 {
         let (last, rounded) = self.last_rounding;
         if last == orig_size {
             return rounded;

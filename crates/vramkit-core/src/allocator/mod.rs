@@ -19,6 +19,7 @@ mod private_pool;
 mod release;
 mod restore;
 mod snapshot;
+mod temporary;
 mod what_if;
 
 pub use invariants::{set_invariant_checks, InvariantChecks, InvariantViolation, SAMPLED_BLOCKS};
