@@ -252,7 +252,13 @@ impl<'a> Driver<'a> {
         *slot = stream;
     }
 
+    #[inline(always)]
     fn take_hold(&mut self, block: u32) -> Option<StreamId> {
+        // Most traces hold nothing: then no block's slot is read (the
+        // slots of blocks freed long after they were made are far apart).
+        if self.held == 0 {
+            return None;
+        }
         let stream = std::mem::replace(&mut self.hold[block as usize], NOT_HELD);
         (stream != NOT_HELD).then(|| {
             self.held -= 1;
