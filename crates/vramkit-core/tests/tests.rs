@@ -11,3 +11,4 @@ mod goldens;
 mod private_pools;
 mod property;
 mod scenarios;
+mod temporary;

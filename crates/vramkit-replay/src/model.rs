@@ -473,7 +473,8 @@ pub(crate) mod tests {
         let prepared = PreparedTrace::new(&trace, AllocatorConfig::pytorch_default(), None).unwrap();
         let temporaries = prepared.judged().unwrap().plan.iter().filter(|&&p| p == crate::plan::Plan::Temporary).count();
         assert!(temporaries > 2500, "{temporaries} temporaries");
-        for conf in ["", "max_split_size_mb:64", "garbage_collection_threshold:0.5", "roundup_power2_divisions:4", "expandable_segments:True"] {
+        let confs = ["", "max_split_size_mb:64", "garbage_collection_threshold:0.5,per_process_memory_fraction:0.9", "roundup_power2_divisions:4", "expandable_segments:True"];
+        for conf in confs {
             let config = AllocatorConfig::parse(conf).unwrap();
             for capacity in [None, Some(3 << 30)] {
                 let replay = |plan: bool| {

@@ -15,11 +15,18 @@
 //! address-map entry; the parked free the `free` would have left stands
 //! for the same merged state (`parked.rs`), so nothing later can tell.
 //!
-//! Only the plain case is taken, the one in which `free` parks (history
-//! off, no expandable segments ever made, ties in size not broken by block
-//! age, a default pool, nothing recorded on the block), and only a cache
-//! hit: no events to process, no garbage collection, no capture. Elsewhere
-//! nothing changes and the caller does the two calls.
+//! In an expandable segment the free merges the part back with the rest
+//! at once (nothing is parked there), to the same effect: the rest is
+//! mapped, and an unmapped neighbour merges with neither. Garbage
+//! collection's count of searches goes up by the one search, and the
+//! block's age restarts at it, as the rest's does when it re-enters the
+//! free set.
+//!
+//! Only the plain case is taken: history off, ties in size not broken by
+//! block age (torch 2.12 gives a split's part a new counter, which the
+//! merged block would keep), a default pool, nothing recorded on the
+//! block; and only a cache hit, with no events to process and no capture.
+//! Elsewhere nothing changes and the caller does the two calls.
 
 use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
 use crate::config::SizeTies;
@@ -36,11 +43,9 @@ impl<D: Device> CachingAllocator<D> {
     pub fn malloc_then_free(&mut self, size: u64, stream: StreamId) -> Option<DeviceAddr> {
         let plain = self.parking
             && self.history.is_none()
-            && self.expandable_segments.is_empty()
             && self.config.compat.size_ties != SizeTies::BlockAge
             && self.captures_underway.is_empty()
-            && !self.events_pending()
-            && !self.gc_active();
+            && !self.events_pending();
         if !plain || size == 0 || size >= ONE_EXABYTE {
             return None;
         }
@@ -60,20 +65,23 @@ impl<D: Device> CachingAllocator<D> {
         if b.extras.is_some() {
             return None;
         }
-        debug_assert!(b.expandable.is_none() && b.mapped && !b.is_active());
-        let (addr, already_split) = (b.addr, b.is_split());
+        debug_assert!(b.mapped && !b.is_active());
+        let (addr, already_split, expandable) = (b.addr, b.is_split(), b.expandable.is_some());
         let remaining = found.size - params.size;
         let split = self.should_split(params.pool, params.size, remaining);
         // The block handed out and freed, and what its `malloc` and its
         // `free` do to `inactive_split` (`alloc_found_block`,
-        // `complete_free`): a split's part merges back with the rest, a
-        // whole block merges with nothing (its neighbours are active).
+        // `complete_free`; not kept for expandable blocks): a split's part
+        // merges back with the rest, a whole block merges with nothing (its
+        // mapped neighbours are active).
         let (block_size, allocated_split, freed_split) = match (split, already_split) {
+            _ if expandable => (if split { params.size } else { found.size }, (0, 0), (0, 0)),
             (true, true) => (params.size, (0, -(params.size as i64)), (0, params.size as i64)),
             (true, false) => (params.size, (1, remaining as i64), (-1, -(remaining as i64))),
             (false, true) => (found.size, (-1, -(found.size as i64)), (1, found.size as i64)),
             (false, false) => (found.size, (0, 0), (0, 0)),
         };
+        self.count_get_free_block(params.pool);
         let pool = &self.pools[params.pool.0 as usize];
         let (kind, gc_count_base) = (pool.kind, pool.get_free_blocks_call_count);
         let b = &mut self.blocks[found.id];
@@ -135,8 +143,9 @@ mod tests {
     }
 
     /// Settings under which the plain case differs most: each tie rule,
-    /// the split threshold, rounding, garbage collection with a limit
-    /// (which the plain case leaves to the two calls).
+    /// the split threshold, rounding, garbage collection with a limit.
+    /// (Expandable segments need a device with virtual memory: the
+    /// integration tests' `temporary.rs`.)
     fn configs() -> Vec<AllocatorConfig> {
         let with = |conf: &str, compat: Compat| AllocatorConfig::parse_with_compat(conf, compat).expect("valid");
         vec![
@@ -263,16 +272,35 @@ mod tests {
         assert_eq!(a.segments(), after);
     }
 
+    /// Most temporaries of a training-like sequence take the one step
+    /// (so the comparison below compares it), under each setting with a
+    /// plain tie rule.
+    #[test]
+    fn temporaries_take_the_one_step() {
+        let mut actions = Vec::new();
+        for step in 0..40u64 {
+            actions.push(Action::Malloc { size: (step % 7 + 1) * 300_000, stream: 0 });
+            for t in 0..4 {
+                actions.push(Action::Temporary { size: 512 + (step * 7919 + t * 104_729) % (3 * MIB), stream: 0 });
+            }
+            if step % 3 == 2 {
+                actions.push(Action::Free(0));
+            }
+        }
+        for config in configs() {
+            // Torch 2.12's tie rule leaves every one to the two calls.
+            let block_age = config.compat.size_ties == SizeTies::BlockAge;
+            let taken = compare(config.clone(), &actions).expect("the same as the two calls");
+            assert!(if block_age { taken == 0 } else { taken >= 100 }, "{taken} of 160 in one step under {config:?}");
+        }
+    }
+
     proptest! {
         #[test]
         fn a_temporary_in_one_step_changes_nothing(actions in proptest::collection::vec(action(), 1..200)) {
-            let mut taken = 0;
             for config in configs() {
-                taken += compare(config, &actions)?;
+                compare(config, &actions)?;
             }
-            // Not a test that passes by never taking the one step.
-            let temporaries = actions.iter().filter(|a| matches!(a, Action::Temporary { size, .. } if *size > 0)).count();
-            prop_assume!(temporaries < 5 || taken > 0);
         }
     }
 }
