@@ -35,10 +35,13 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
+/// Makes an allocator under one setting.
+type Make = Box<dyn Fn() -> CachingAllocator<SimDevice>>;
+
 /// Settings with expandable segments (alone, with garbage collection under
 /// a fraction limit, with a split limit, under torch 2.13's tie rule), and
 /// garbage collection without them.
-fn allocators() -> Vec<(&'static str, Box<dyn Fn() -> CachingAllocator<SimDevice>>)> {
+fn allocators() -> Vec<(&'static str, Make)> {
     const CAPACITY: u64 = 512 * MIB;
     vec![
         ("expandable", Box::new(|| allocator_on(SimDevice::new(CAPACITY), "expandable_segments:True"))),
@@ -60,6 +63,15 @@ fn allocators() -> Vec<(&'static str, Box<dyn Fn() -> CachingAllocator<SimDevice
     ]
 }
 
+/// `malloc` and, if it gave an address, `free` of it.
+fn malloc_and_free(a: &mut CachingAllocator<SimDevice>, size: u64, stream: StreamId) -> Option<DeviceAddr> {
+    let got = a.malloc(size, stream).ok();
+    if let Some(p) = got {
+        assert!(a.free(p).is_ok(), "{p:?} was just allocated");
+    }
+    got
+}
+
 /// Runs `actions` on two allocators made by `make`, one taking
 /// temporaries in one step, one with the two calls; compares the results,
 /// statistics, segments and snapshots. Returns the temporaries taken in one step.
@@ -79,21 +91,10 @@ fn compare(make: &dyn Fn() -> CachingAllocator<SimDevice>, actions: &[Action]) -
             }
             Action::Temporary { size, stream } => {
                 let s = StreamId(u64::from(stream));
-                let called = |a: &mut CachingAllocator<SimDevice>| {
-                    let got = a.malloc(size, s).ok();
-                    if let Some(p) = got {
-                        assert!(a.free(p).is_ok());
-                    }
-                    got
-                };
-                let o = match one.malloc_then_free(size, s) {
-                    Some(p) => {
-                        taken += 1;
-                        Some(p)
-                    }
-                    None => called(&mut one),
-                };
-                prop_assert_eq!(o, called(&mut two));
+                let one_step = one.malloc_then_free(size, s);
+                taken += usize::from(one_step.is_some());
+                let o = one_step.or_else(|| malloc_and_free(&mut one, size, s));
+                prop_assert_eq!(o, malloc_and_free(&mut two, size, s));
             }
             Action::Free(n) if !live.is_empty() => {
                 let p = live.remove(n % live.len());

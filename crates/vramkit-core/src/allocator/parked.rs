@@ -340,7 +340,7 @@ impl<D: Device> CachingAllocator<D> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::what_if::WhatIfDevice;
     use super::*;
     use crate::config::{AllocatorConfig, Compat};
@@ -351,12 +351,16 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     #[derive(Clone, Debug)]
-    enum Action {
+    pub(in crate::allocator) enum Action {
         Malloc { size: u64, stream: u8 },
         /// Frees the n-th live block (of those this test holds).
         Free(usize),
         /// Frees the newest block and asks for the same size again.
         Again,
+        /// A request freed straight after: `malloc_then_free` where the
+        /// parking allocator takes it in one step (`temporary.rs`), else
+        /// the two calls.
+        Temporary { size: u64, stream: u8 },
         RecordStream { n: usize, stream: u8 },
         EmptyCache,
         History(bool),
@@ -365,10 +369,12 @@ mod tests {
 
     fn action() -> impl Strategy<Value = Action> {
         let size = prop_oneof![1u64..=4096, 4097..=MIB, (MIB + 1)..=(24 * MIB), Just(3 * MIB), Just(512), Just(4096)];
+        let temporary = prop_oneof![9 => size.clone(), 1 => Just(0)];
         prop_oneof![
             8 => (size, 0u8..2).prop_map(|(size, stream)| Action::Malloc { size, stream }),
             6 => any::<usize>().prop_map(Action::Free),
             6 => Just(Action::Again),
+            5 => (temporary, 0u8..2).prop_map(|(size, stream)| Action::Temporary { size, stream }),
             1 => (any::<usize>(), 0u8..2).prop_map(|(n, stream)| Action::RecordStream { n, stream }),
             1 => Just(Action::EmptyCache),
             1 => any::<bool>().prop_map(Action::History),
@@ -378,7 +384,7 @@ mod tests {
 
     /// Settings under which parking differs most: each tie rule, the split
     /// threshold, rounding, garbage collection (block ages) with a limit.
-    fn configs() -> Vec<AllocatorConfig> {
+    pub(in crate::allocator) fn configs() -> Vec<AllocatorConfig> {
         let with = |conf: &str, compat: Compat| AllocatorConfig::parse_with_compat(conf, compat).expect("valid");
         vec![
             AllocatorConfig::pytorch_default(),
@@ -390,10 +396,11 @@ mod tests {
         ]
     }
 
-    /// Runs `actions` on two allocators, one parking frees and one merging
-    /// at once, and compares every result, the statistics and the segments
-    /// after each step.
-    fn compare(config: AllocatorConfig, actions: &[Action]) -> Result<(), TestCaseError> {
+    /// Runs `actions` on two allocators, one parking frees (and taking
+    /// temporaries in one step) and one merging at once (and making the
+    /// two calls), and compares every result, the statistics and the
+    /// segments after each step; returns the temporaries taken in one step.
+    pub(in crate::allocator) fn compare(config: AllocatorConfig, actions: &[Action]) -> Result<usize, TestCaseError> {
         let make = |parking| {
             let mut a = CachingAllocator::new(WhatIfDevice::with_capacity(256 * MIB), config.clone());
             a.parking = parking;
@@ -401,8 +408,28 @@ mod tests {
         };
         let (mut parked, mut eager) = (make(true), make(false));
         let mut live: Vec<(DeviceAddr, u64, StreamId)> = Vec::new();
+        let mut taken = 0;
         for action in actions {
             match *action {
+                Action::Temporary { size, stream } => {
+                    let s = StreamId(u64::from(stream));
+                    let called = |a: &mut CachingAllocator<WhatIfDevice>| {
+                        let got = a.malloc(size, s).ok();
+                        if let Some(p) = got {
+                            assert!(a.free(p).is_ok());
+                        }
+                        got
+                    };
+                    prop_assert_eq!(eager.malloc_then_free(size, s), None, "only a parking allocator takes the one step");
+                    let p = match parked.malloc_then_free(size, s) {
+                        Some(p) => {
+                            taken += 1;
+                            Some(p)
+                        }
+                        None => called(&mut parked),
+                    };
+                    prop_assert_eq!(p, called(&mut eager));
+                }
                 Action::Malloc { size, stream } => {
                     let s = StreamId(u64::from(stream));
                     let (p, e) = (parked.malloc(size, s), eager.malloc(size, s));
@@ -445,7 +472,7 @@ mod tests {
             prop_assert_eq!(parked.segments(), eager.segments());
             prop_assert!(parked.check_invariants().is_ok());
         }
-        Ok(())
+        Ok(taken)
     }
 
     /// The pair a training step makes: the free parks, the request for the

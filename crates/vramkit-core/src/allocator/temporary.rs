@@ -102,152 +102,12 @@ impl<D: Device> CachingAllocator<D> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::parked::tests::{compare, configs, Action};
     use super::super::what_if::WhatIfDevice;
     use super::*;
-    use crate::config::{AllocatorConfig, Compat};
-    use crate::history::HistoryConfig;
-    use proptest::prelude::*;
+    use crate::config::AllocatorConfig;
 
     const MIB: u64 = 1 << 20;
-
-    #[derive(Clone, Debug)]
-    enum Action {
-        Malloc { size: u64, stream: u8 },
-        /// Frees the n-th live block (of those this test holds).
-        Free(usize),
-        /// A temporary of this size.
-        Temporary { size: u64, stream: u8 },
-        /// Frees the newest block and asks for the same size again.
-        Again,
-        RecordStream { n: usize, stream: u8 },
-        EmptyCache,
-        History(bool),
-        Snapshot,
-    }
-
-    fn size() -> impl Strategy<Value = u64> {
-        prop_oneof![1u64..=4096, 4097..=MIB, (MIB + 1)..=(24 * MIB), Just(3 * MIB), Just(512), Just(4096)]
-    }
-
-    fn action() -> impl Strategy<Value = Action> {
-        prop_oneof![
-            8 => (size(), 0u8..2).prop_map(|(size, stream)| Action::Malloc { size, stream }),
-            5 => any::<usize>().prop_map(Action::Free),
-            6 => (prop_oneof![9 => size(), 1 => Just(0)], 0u8..2).prop_map(|(size, stream)| Action::Temporary { size, stream }),
-            3 => Just(Action::Again),
-            1 => (any::<usize>(), 0u8..2).prop_map(|(n, stream)| Action::RecordStream { n, stream }),
-            1 => Just(Action::EmptyCache),
-            1 => any::<bool>().prop_map(Action::History),
-            1 => Just(Action::Snapshot),
-        ]
-    }
-
-    /// Settings under which the plain case differs most: each tie rule,
-    /// the split threshold, rounding, garbage collection with a limit.
-    /// (Expandable segments need a device with virtual memory: the
-    /// integration tests' `temporary.rs`.)
-    fn configs() -> Vec<AllocatorConfig> {
-        let with = |conf: &str, compat: Compat| AllocatorConfig::parse_with_compat(conf, compat).expect("valid");
-        vec![
-            AllocatorConfig::pytorch_default(),
-            with("", Compat::V2_12),
-            with("", Compat::V2_13),
-            with("max_split_size_mb:20", Compat::R26),
-            with("roundup_power2_divisions:4", Compat::V2_13),
-            with("garbage_collection_threshold:0.5,per_process_memory_fraction:0.5", Compat::R26),
-        ]
-    }
-
-    /// Runs `actions` on three allocators: one taking temporaries in one
-    /// step, one doing each as its two calls, one that also merges every
-    /// free at once; compares every result, the statistics, the segments
-    /// and the invariants after each step.
-    fn compare(config: AllocatorConfig, actions: &[Action]) -> Result<u64, TestCaseError> {
-        let make = |parking| {
-            let mut a = CachingAllocator::new(WhatIfDevice::with_capacity(256 * MIB), config.clone());
-            a.parking = parking;
-            a
-        };
-        let (mut one, mut two, mut eager) = (make(true), make(true), make(false));
-        let mut taken = 0;
-        let mut live: Vec<(DeviceAddr, u64, StreamId)> = Vec::new();
-        for action in actions {
-            match *action {
-                Action::Malloc { size, stream } => {
-                    let s = StreamId(u64::from(stream));
-                    let (o, t, e) = (one.malloc(size, s), two.malloc(size, s), eager.malloc(size, s));
-                    prop_assert_eq!(o.as_ref().ok(), t.as_ref().ok());
-                    prop_assert_eq!(o.as_ref().ok(), e.as_ref().ok());
-                    if let Ok(addr) = o {
-                        live.push((addr, size, s));
-                    }
-                }
-                Action::Temporary { size, stream } => {
-                    let s = StreamId(u64::from(stream));
-                    let called = |a: &mut CachingAllocator<WhatIfDevice>| {
-                        let got = a.malloc(size, s);
-                        if let Ok(p) = got {
-                            assert!(a.free(p).is_ok());
-                        }
-                        got.ok()
-                    };
-                    let o = match one.malloc_then_free(size, s) {
-                        Some(p) => {
-                            taken += 1;
-                            Some(p)
-                        }
-                        None => called(&mut one),
-                    };
-                    prop_assert_eq!(o, called(&mut two));
-                    prop_assert_eq!(o, called(&mut eager));
-                }
-                Action::Free(n) if !live.is_empty() => {
-                    let (addr, _, _) = live.remove(n % live.len());
-                    prop_assert!(one.free(addr).is_ok() && two.free(addr).is_ok() && eager.free(addr).is_ok());
-                }
-                Action::Again if !live.is_empty() => {
-                    let (addr, size, s) = live.pop().expect("not empty");
-                    prop_assert!(one.free(addr).is_ok() && two.free(addr).is_ok() && eager.free(addr).is_ok());
-                    let (o, t, e) = (one.malloc(size, s), two.malloc(size, s), eager.malloc(size, s));
-                    prop_assert_eq!(o.as_ref().ok(), t.as_ref().ok());
-                    prop_assert_eq!(o.as_ref().ok(), e.as_ref().ok());
-                    if let Ok(addr) = o {
-                        live.push((addr, size, s));
-                    }
-                }
-                Action::RecordStream { n, stream } if !live.is_empty() => {
-                    let (addr, _, _) = live[n % live.len()];
-                    let s = StreamId(u64::from(stream));
-                    for a in [&mut one, &mut two, &mut eager] {
-                        prop_assert!(a.record_stream(addr, s).is_ok());
-                    }
-                }
-                Action::EmptyCache => {
-                    for a in [&mut one, &mut two, &mut eager] {
-                        a.empty_cache();
-                    }
-                }
-                Action::History(on) => {
-                    let config = on.then(HistoryConfig::default);
-                    for a in [&mut one, &mut two, &mut eager] {
-                        a.record_history(config);
-                    }
-                }
-                Action::Snapshot => {
-                    let snapshot = one.snapshot();
-                    prop_assert_eq!(&snapshot, &two.snapshot());
-                    prop_assert_eq!(&snapshot, &eager.snapshot());
-                }
-                _ => {}
-            }
-            prop_assert_eq!(one.stats(), two.stats());
-            prop_assert_eq!(one.stats(), eager.stats());
-            prop_assert_eq!(one.segments(), two.segments());
-            prop_assert_eq!(one.segments(), eager.segments());
-            prop_assert!(one.check_invariants().is_ok());
-        }
-        Ok(taken)
-    }
 
     /// A temporary split off a free block leaves the block as it was but
     /// for the size last asked of it, and the peaks show it was allocated.
@@ -273,8 +133,9 @@ mod tests {
     }
 
     /// Most temporaries of a training-like sequence take the one step
-    /// (so the comparison below compares it), under each setting with a
-    /// plain tie rule.
+    /// under each setting with a plain tie rule, and `parked.rs`'s
+    /// comparison (a parking allocator against one merging at once, with
+    /// temporaries among its random actions) compares what they leave.
     #[test]
     fn temporaries_take_the_one_step() {
         let mut actions = Vec::new();
@@ -292,15 +153,6 @@ mod tests {
             let block_age = config.compat.size_ties == SizeTies::BlockAge;
             let taken = compare(config.clone(), &actions).expect("the same as the two calls");
             assert!(if block_age { taken == 0 } else { taken >= 100 }, "{taken} of 160 in one step under {config:?}");
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn a_temporary_in_one_step_changes_nothing(actions in proptest::collection::vec(action(), 1..200)) {
-            for config in configs() {
-                compare(config, &actions)?;
-            }
         }
     }
 }
