@@ -236,10 +236,10 @@ impl<'a> ModelRun<'a> {
                 continue;
             }
             // A temporary taken in one step is a cache hit: reserved bytes
-            // stay at or below the peak seen at the last request (none yet:
-            // the start state's bytes are not counted until one is seen).
-            let seen = self.peak_reserved > 0;
-            if unsampled && seen && plan == Plan::Temporary && i + 2 < until && self.driver.temporary(&mut self.model, i) {
+            // stay at or below the peak seen at the last request (none yet,
+            // `peak_reserved` 0: the start state's bytes are not counted
+            // until one is seen).
+            if plan == Plan::Temporary && unsampled && self.peak_reserved > 0 && i + 2 < until && self.driver.temporary(&mut self.model, i) {
                 i += 3;
                 continue;
             }

@@ -110,10 +110,8 @@ impl<D: Device> CachingAllocator<D> {
     #[inline(always)]
     pub(crate) fn park(&mut self, id: BlockId) -> Option<ParkedMerge> {
         let b = &self.blocks[id];
-        let plain = self.parking
-            && self.history.is_none()
+        let plain = self.merge_may_wait()
             && self.expandable_segments.is_empty()
-            && self.config.compat.size_ties != SizeTies::BlockAge
             && (b.pool == LARGE_POOL || b.pool == SMALL_POOL)
             && b.extras.is_none();
         let next = b.next?;
@@ -130,6 +128,24 @@ impl<D: Device> CachingAllocator<D> {
         let gc_count_base = self.pools[b.pool.0 as usize].get_free_blocks_call_count;
         self.parked = Some(Parked { block: id, next, pool: b.pool, stream: b.stream, gc_count_base });
         Some(merged)
+    }
+
+    /// Whether a free's merge may be put off or left out (a parked free, a
+    /// temporary): frees may be parked, no history records the steps, and
+    /// ties in size are not broken by block age (2.12 gives a split's part
+    /// a new counter, which the merged block would keep).
+    #[inline(always)]
+    pub(crate) fn merge_may_wait(&self) -> bool {
+        self.parking && self.history.is_none() && self.config.compat.size_ties != SizeTies::BlockAge
+    }
+
+    /// Whether `malloc(orig_size, stream)` now repeats the round trip in
+    /// `self.repeat` (see "Repeats").
+    #[inline(always)]
+    pub(crate) fn repeats(&self, orig_size: u64, stream: StreamId) -> bool {
+        self.repeat.is_some_and(|r| orig_size == r.orig_size && stream == r.parked.stream)
+            && self.parked.is_some()
+            && self.captures_underway.is_empty()
     }
 
     /// Does the merge of the parked free, if there is one, as `free` would
@@ -165,10 +181,10 @@ impl<D: Device> CachingAllocator<D> {
     /// request took it.
     #[inline(always)]
     pub(crate) fn malloc_again(&mut self, orig_size: u64, stream: StreamId) -> Option<u64> {
-        let r = self.repeat.as_ref()?;
-        if orig_size != r.orig_size || stream != r.parked.stream || self.parked.is_none() || !self.captures_underway.is_empty() {
+        if !self.repeats(orig_size, stream) {
             return None;
         }
+        let r = self.repeat.as_ref()?;
         debug_assert_eq!(self.parked, Some(r.parked));
         let (block, next, kind, size, oversize, taken_split, addr) =
             (r.parked.block, r.parked.next, r.kind, r.size, r.oversize, r.taken_split, r.addr);
@@ -421,13 +437,9 @@ pub(super) mod tests {
                         got
                     };
                     prop_assert_eq!(eager.malloc_then_free(size, s), None, "only a parking allocator takes the one step");
-                    let p = match parked.malloc_then_free(size, s) {
-                        Some(p) => {
-                            taken += 1;
-                            Some(p)
-                        }
-                        None => called(&mut parked),
-                    };
+                    let one_step = parked.malloc_then_free(size, s);
+                    taken += usize::from(one_step.is_some());
+                    let p = one_step.or_else(|| called(&mut parked));
                     prop_assert_eq!(p, called(&mut eager));
                 }
                 Action::Malloc { size, stream } => {

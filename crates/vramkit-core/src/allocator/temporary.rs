@@ -29,7 +29,6 @@
 //! Elsewhere nothing changes and the caller does the two calls.
 
 use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
-use crate::config::SizeTies;
 use crate::device::{Device, DeviceAddr, StreamId};
 use crate::live_stats::Peak;
 use crate::rounding::ONE_EXABYTE;
@@ -41,16 +40,9 @@ impl<D: Device> CachingAllocator<D> {
     /// not the plain case, and nothing a caller can see has changed; call
     /// `malloc` and `free`.
     pub fn malloc_then_free(&mut self, size: u64, stream: StreamId) -> Option<DeviceAddr> {
-        let plain = self.parking
-            && self.history.is_none()
-            && self.config.compat.size_ties != SizeTies::BlockAge
-            && self.captures_underway.is_empty()
-            && !self.events_pending();
-        if !plain || size == 0 || size >= ONE_EXABYTE {
-            return None;
-        }
+        let plain = self.merge_may_wait() && self.captures_underway.is_empty() && !self.events_pending();
         // A repeated round trip costs the two calls less than this.
-        if self.parked.is_some() && self.repeat.is_some_and(|r| r.orig_size == size && r.parked.stream == stream) {
+        if !plain || size == 0 || size >= ONE_EXABYTE || self.repeats(size, stream) {
             return None;
         }
         // The state a parked free stands for is the merged one.
@@ -105,7 +97,7 @@ mod tests {
     use super::super::parked::tests::{compare, configs, Action};
     use super::super::what_if::WhatIfDevice;
     use super::*;
-    use crate::config::AllocatorConfig;
+    use crate::config::{AllocatorConfig, SizeTies};
 
     const MIB: u64 = 1 << 20;
 
