@@ -54,8 +54,8 @@ const NOT_HELD: StreamId = StreamId(0);
 /// What one entry did to the model.
 #[derive(Debug)]
 pub(crate) enum Step {
-    /// An `alloc`: the model's answer.
-    Alloc(Result<DeviceAddr, Error>),
+    /// An `alloc`: the model's answer (the error boxed, see [`malloc`]).
+    Alloc(Result<DeviceAddr, Box<Error>>),
     /// An `oom`: whether the model failed the request too.
     Oom { failed: bool },
     /// Anything else.
@@ -279,7 +279,7 @@ impl<'a> Driver<'a> {
         match e.action {
             TraceAction::Alloc => {
                 let got = match self.routing.pool(i) {
-                    Some(pool) => model.malloc_in_pool(e.size, StreamId(e.stream), pool),
+                    Some(pool) => model.malloc_in_pool(e.size, StreamId(e.stream), pool).map_err(Box::new),
                     None => malloc(model, e.size, StreamId(e.stream)),
                 };
                 Step::Alloc(self.allocated(model, i, got))
@@ -385,7 +385,7 @@ impl<'a> Driver<'a> {
     /// The `malloc` of the `alloc` at `i` answered `got`: the driver's
     /// bookkeeping after it.
     #[inline(always)]
-    fn allocated(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize, got: Result<DeviceAddr, Error>) -> Result<DeviceAddr, Error> {
+    fn allocated(&mut self, model: &mut CachingAllocator<SimDevice>, i: usize, got: Result<DeviceAddr, Box<Error>>) -> Result<DeviceAddr, Box<Error>> {
         self.clear_queued_addresses(model);
         self.free_overdue(model);
         self.addr[self.blocks.of(i) as usize] = got.as_ref().map_or(FAILED, |p| p.0);
@@ -600,9 +600,13 @@ impl<'a> Driver<'a> {
 /// its cache-hit path whole into a caller (the pair then makes no call),
 /// which in the driver's per-entry step costs more in register spills
 /// than the call (callgrind: 3% more instructions per replayed entry).
+/// The error is boxed so that the answer fits in two registers: a
+/// `Result<DeviceAddr, Error>` comes back through memory, written in parts
+/// and read back whole, which the processor cannot forward (perf showed
+/// the step stalled on that read at every `alloc`).
 #[inline(never)]
-fn malloc(model: &mut CachingAllocator<SimDevice>, size: u64, stream: StreamId) -> Result<DeviceAddr, Error> {
-    model.malloc(size, stream)
+fn malloc(model: &mut CachingAllocator<SimDevice>, size: u64, stream: StreamId) -> Result<DeviceAddr, Box<Error>> {
+    model.malloc(size, stream).map_err(Box::new)
 }
 
 /// The model's `free` (see [`malloc`]); a refusal changes nothing to replay.

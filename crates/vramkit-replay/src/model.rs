@@ -244,7 +244,7 @@ impl<'a> ModelRun<'a> {
                 continue;
             }
             match self.driver.apply_planned(&mut self.model, i, plan) {
-                Step::Alloc(Err(Error::OutOfMemory(_))) => {
+                Step::Alloc(Err(e)) if matches!(*e, Error::OutOfMemory(_)) => {
                     self.failed_allocs.push(i);
                     m.oom_count += 1;
                     m.first_oom_event.get_or_insert(i as u64);

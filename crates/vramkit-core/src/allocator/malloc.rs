@@ -3,7 +3,7 @@
 
 use super::{CachingAllocator, LARGE_POOL, SMALL_POOL};
 use crate::block::{Block, BlockId, PoolIdx};
-use crate::pool::{FreeEntry, FreeKey, NOWHERE};
+use crate::pool::{BlockPool, FreeEntry, FreeKey, NOWHERE};
 use crate::device::{Device, DeviceError, StreamId};
 use crate::error::Error;
 use crate::history::ContextLevel;
@@ -213,7 +213,11 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// The block `get_free_block` would take, without taking it (with a
-    /// parked free's merge done: then possibly the parked block).
+    /// parked free's merge done: then possibly the parked block). Inlined:
+    /// a found block returned through memory is written field by field and
+    /// read back whole, which the processor cannot forward (where this was
+    /// a call, perf put a seventh of its samples on that read).
+    #[inline(always)]
     pub(crate) fn find_free_block(&self, params: &AllocParams) -> Option<FreeEntry> {
         let pool = &self.pools[params.pool.0 as usize];
         let mut found = match &self.parked {
@@ -221,30 +225,7 @@ impl<D: Device> CachingAllocator<D> {
             _ => pool.blocks.lower_bound(params.stream, params.size)?,
         };
         if self.blocks[found.id].expandable.is_some() {
-            if self.config.expandable_segments {
-                // Judge a block at the growth frontier by the size it can grow
-                // to, so interior free blocks are preferred over it.
-                let blocks = &self.blocks;
-                let expandable_size = |id: BlockId| {
-                    let b = &blocks[id];
-                    b.size + b.next.filter(|&n| !blocks[n].mapped).map_or(0, |n| blocks[n].size)
-                };
-                while self.blocks[found.id].expandable.is_some() {
-                    match pool.blocks.successor(found) {
-                        Some(next) if expandable_size(next.id) < expandable_size(found.id) => found = next,
-                        _ => break,
-                    }
-                }
-            } else {
-                // Expandable segments were turned off after some were made:
-                // only non-expandable blocks may be used.
-                loop {
-                    found = pool.blocks.successor(found)?;
-                    if self.blocks[found.id].expandable.is_none() {
-                        break;
-                    }
-                }
-            }
+            found = self.past_expandable(pool, found)?;
         }
         let max_split_size = self.config.max_split_size();
         self.max_split_watch.note_found(params.size, found.size, self.config.oversize_tolerance());
@@ -255,6 +236,37 @@ impl<D: Device> CachingAllocator<D> {
         // An oversize request may reuse a block only a little larger than it.
         if params.size >= max_split_size && found.size >= params.size.saturating_add(self.config.oversize_tolerance()) {
             return None;
+        }
+        Some(found)
+    }
+
+    /// `find_free_block`'s choice when best fit lands on a block of an
+    /// expandable segment.
+    #[inline(never)]
+    fn past_expandable(&self, pool: &BlockPool, mut found: FreeEntry) -> Option<FreeEntry> {
+        if self.config.expandable_segments {
+            // Judge a block at the growth frontier by the size it can grow
+            // to, so interior free blocks are preferred over it.
+            let blocks = &self.blocks;
+            let expandable_size = |id: BlockId| {
+                let b = &blocks[id];
+                b.size + b.next.filter(|&n| !blocks[n].mapped).map_or(0, |n| blocks[n].size)
+            };
+            while self.blocks[found.id].expandable.is_some() {
+                match pool.blocks.successor(found) {
+                    Some(next) if expandable_size(next.id) < expandable_size(found.id) => found = next,
+                    _ => break,
+                }
+            }
+        } else {
+            // Expandable segments were turned off after some were made:
+            // only non-expandable blocks may be used.
+            loop {
+                found = pool.blocks.successor(found)?;
+                if self.blocks[found.id].expandable.is_none() {
+                    break;
+                }
+            }
         }
         Some(found)
     }

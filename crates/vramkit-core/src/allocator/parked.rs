@@ -237,7 +237,9 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Best fit's first candidate for `size` on the parked free's pool and
     /// stream, as if its merge were done: the neighbour's entry does not
-    /// count, the merged block does.
+    /// count, the merged block does. Inlined into `find_free_block`, for
+    /// the reason given there.
+    #[inline(always)]
     pub(crate) fn parked_lower_bound(&self, p: &Parked, size: u64) -> Option<FreeEntry> {
         let set = &self.pools[p.pool.0 as usize].blocks;
         let stored = match set.lower_bound(p.stream, size) {
