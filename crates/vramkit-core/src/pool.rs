@@ -442,8 +442,9 @@ impl FreeBlocks {
     }
 
     /// The first free block on `stream` with size >= `size` (the oldest
-    /// segment's, then the lowest address, among equals).
-    #[inline]
+    /// segment's, then the lowest address, among equals). Inlined, as
+    /// `find_free_block` is, so that the entry is not returned through memory.
+    #[inline(always)]
     pub fn lower_bound(&self, stream: StreamId, size: u64) -> Option<FreeEntry> {
         let (k, id, index) = self.stream(stream)?.at_or_after(size)?;
         Some(FreeEntry { index, ..entry(stream, k, id) })
