@@ -287,7 +287,7 @@ impl Ordered {
     /// The first entry of at least `size` bytes (the first with key >=
     /// `FreeKey::first_of(size)`, which only the size decides), and its
     /// index in a vector.
-    #[inline]
+    #[inline(always)]
     fn at_or_after(&self, size: u64) -> Option<(FreeKey, BlockId, u32)> {
         match self {
             Ordered::Small(v) => {
