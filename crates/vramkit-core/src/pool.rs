@@ -96,9 +96,8 @@ fn partition(v: &[Slot], below: impl Fn(&Slot) -> bool) -> usize {
     let (mut base, mut len) = (0, v.len());
     while len >= 4 {
         let q = len / 4;
-        let probes = [base + q, base + 2 * q, base + 3 * q];
         // How many probes are below: they come first (a prefix).
-        let n = probes.iter().map(|&p| usize::from(below(&v[p]))).sum::<usize>();
+        let n = usize::from(below(&v[base + q])) + usize::from(below(&v[base + 2 * q])) + usize::from(below(&v[base + 3 * q]));
         // None: the answer is at most the first probe. Some: it is just
         // after the last one below, at most at the next probe (or the end).
         (base, len) = match n {
@@ -107,7 +106,10 @@ fn partition(v: &[Slot], below: impl Fn(&Slot) -> bool) -> usize {
             n => (base + n * q + 1, q - 1),
         };
     }
-    base + v[base..base + len].iter().map(|e| usize::from(below(e))).sum::<usize>()
+    // At most three left, read at once.
+    let rest = &v[base..base + len];
+    let at = |i: usize| rest.get(i).is_some_and(&below);
+    base + usize::from(at(0)) + usize::from(at(1)) + usize::from(at(2))
 }
 
 /// The index of the first entry of `v` whose key is not below `k` (`v.len()` if none).
