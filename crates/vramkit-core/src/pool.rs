@@ -144,12 +144,19 @@ fn search(v: &[Slot], k: FreeKey) -> Result<usize, usize> {
     }
 }
 
-/// The index of `k` in a sorted vector, trying `hint` first.
+/// The index of `k` in a sorted vector, trying `hint` first, then the
+/// place before it: a parked free's merge, done between a search and the
+/// use of what it found, moves one entry from below the found one to
+/// above it.
 #[inline(always)]
 fn index_of(v: &[Slot], k: FreeKey, hint: u32) -> Option<usize> {
-    match v.get(hint as usize) {
-        Some(e) if e.key() == k => Some(hint as usize),
-        _ => search(v, k).ok(),
+    let hint = hint as usize;
+    match v.get(hint) {
+        Some(e) if e.key() == k => Some(hint),
+        _ => match hint.checked_sub(1).and_then(|h| v.get(h)) {
+            Some(e) if e.key() == k => Some(hint - 1),
+            _ => search(v, k).ok(),
+        },
     }
 }
 
