@@ -126,8 +126,9 @@ fn first_above(v: &[Slot], k: FreeKey) -> usize {
 
 /// The index of `k` in a sorted vector, if it is there (else where it
 /// would go). The search is by size alone (a load and a compare a step,
-/// where a whole key takes three of each, chained), then, only if other
-/// entries of that size come first, by whole keys among those.
+/// where a whole key takes three of each, chained). Only if the first
+/// entry of that size is another one does a second search, by whole keys,
+/// go on from there.
 #[inline(always)]
 fn search(v: &[Slot], k: FreeKey) -> Result<usize, usize> {
     let at = partition(v, |e| e.size < k.size);
@@ -574,6 +575,24 @@ mod tests {
             let v: Vec<Slot> = sizes.iter().enumerate().map(|(i, &s)| Slot { size: s, addr: i as u64, counter: 0, id: BlockId::for_test(i as u32) }).collect();
             prop_assert_eq!(partition(&v, |e| e.size < size), v.partition_point(|e| e.size < size));
             prop_assert_eq!(partition(&v, |e| e.size <= size), v.partition_point(|e| e.size <= size));
+        }
+
+        /// `search` finds a key, or its place, as a binary search of whole
+        /// keys does, and `index_of` finds it whatever the hint (right,
+        /// one too high, wrong, out of range, `NOWHERE`), on sets where
+        /// sizes and counters tie often.
+        #[test]
+        fn search_and_index_of_agree_with_a_binary_search(keys in proptest::collection::btree_set(key(), 0..120), probe in key(), hint in any::<u32>()) {
+            let v: Vec<Slot> = keys.iter().enumerate().map(|(i, &k)| Slot::new(k, BlockId::for_test(i as u32))).collect();
+            let sorted: Vec<FreeKey> = keys.iter().copied().collect();
+            prop_assert_eq!(search(&v, probe), sorted.binary_search(&probe));
+            for k in sorted.iter().copied().chain([probe]) {
+                let at = sorted.binary_search(&k).ok();
+                let right = at.map_or(0, |i| i as u32);
+                for h in [hint, right, right + 1, right.wrapping_sub(1), v.len() as u32, NOWHERE] {
+                    prop_assert_eq!(index_of(&v, k, h), at);
+                }
+            }
         }
 
         /// The free set (sorted vectors, trees past 64 entries, keys
