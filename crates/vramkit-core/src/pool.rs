@@ -112,6 +112,14 @@ fn partition(v: &[Slot], below: impl Fn(&Slot) -> bool) -> usize {
     base + usize::from(at(0)) + usize::from(at(1)) + usize::from(at(2))
 }
 
+/// The index of the first entry of `v` of at least `size` bytes (`v.len()`
+/// if none): where best fit's candidates start, and where a key's search
+/// by size ends.
+#[inline(always)]
+fn first_of_size(v: &[Slot], size: u64) -> usize {
+    partition(v, |e| e.size < size)
+}
+
 /// The index of the first entry of `v` whose key is not below `k` (`v.len()` if none).
 #[inline(always)]
 fn first_not_below(v: &[Slot], k: FreeKey) -> usize {
@@ -131,7 +139,7 @@ fn first_above(v: &[Slot], k: FreeKey) -> usize {
 /// go on from there.
 #[inline(always)]
 fn search(v: &[Slot], k: FreeKey) -> Result<usize, usize> {
-    let at = partition(v, |e| e.size < k.size);
+    let at = first_of_size(v, k.size);
     match v.get(at) {
         Some(e) if e.key() == k => Ok(at),
         Some(e) if e.size == k.size => {
@@ -301,7 +309,7 @@ impl Ordered {
     fn at_or_after(&self, size: u64) -> Option<(FreeKey, BlockId, u32)> {
         match self {
             Ordered::Small(v) => {
-                let at = partition(v, |e| e.size < size);
+                let at = first_of_size(v, size);
                 v.get(at).map(|e| (e.key(), e.id, at as u32))
             }
             Ordered::Large(m) => m.range(FreeKey::first_of(size)..).next().map(|(&a, &b)| (a, b, NOWHERE)),
