@@ -30,7 +30,7 @@ pub struct BlockId(NonZeroU32);
 
 impl BlockId {
     #[inline]
-    fn slot(self) -> usize {
+    pub(crate) fn slot(self) -> usize {
         self.0.get() as usize
     }
 

@@ -5,7 +5,7 @@ use super::CachingAllocator;
 use crate::block::{BlockId, PendingEvent};
 use crate::device::Device;
 use crate::history::ContextLevel;
-use crate::pool::{FreeKey, NOWHERE};
+use crate::pool::FreeKey;
 use crate::snapshot::{Frames, TraceAction};
 
 impl<D: Device> CachingAllocator<D> {
@@ -201,9 +201,10 @@ impl<D: Device> CachingAllocator<D> {
         if !dst_mapped {
             self.pools[s.pool.0 as usize].unmapped.remove(&(s.stream, s.addr));
         } else if replacing.is_none() {
-            *replacing = Some((s_key, NOWHERE));
+            *replacing = Some((s_key, self.pools[s.pool.0 as usize].blocks.placed(src)));
         } else {
-            let removed = self.pools[s.pool.0 as usize].blocks.remove(s.stream, s_key, NOWHERE);
+            let set = &mut self.pools[s.pool.0 as usize].blocks;
+            let removed = set.remove(s.stream, s_key, set.placed(src));
             debug_assert!(removed, "block {src:?} was not in its pool");
         }
         self.blocks.discard(src);

@@ -453,7 +453,8 @@ impl<D: Device> CachingAllocator<D> {
     #[inline]
     pub(crate) fn remove_from_pool(&mut self, id: BlockId) {
         let b = &self.blocks[id];
-        let removed = self.pools[b.pool.0 as usize].blocks.remove(b.stream, FreeKey::of(b), NOWHERE);
+        let set = &mut self.pools[b.pool.0 as usize].blocks;
+        let removed = set.remove(b.stream, FreeKey::of(b), set.placed(id));
         debug_assert!(removed, "block {id:?} was not in its pool");
     }
 

@@ -338,7 +338,8 @@ impl<D: Device> CachingAllocator<D> {
         n.addr = addr + size;
         n.size = merged - size;
         n.requested_size = last_requested;
-        self.put_into_pool(p.next, Some((old_key, crate::pool::NOWHERE)));
+        let hint = self.pools[p.pool.0 as usize].blocks.placed(p.next);
+        self.put_into_pool(p.next, Some((old_key, hint)));
         self.remember_split(p.pool, p.block, p.next);
         Some(if split { (0, -(size as i64)) } else { (1, (merged - size) as i64) })
     }
