@@ -274,12 +274,12 @@ impl Ordered {
         }
     }
 
-    /// Replaces the entry at `old` by `(new, id)`: the new entry's index in
-    /// a vector (`NOWHERE` in a tree), `None` if `old` was not there (or
-    /// `new` was, in a tree). In a vector only the entries between the old place and the
-    /// new one move (none when the key keeps its place), not the tail
-    /// twice: a split makes a free block smaller, a merge larger, and
-    /// either often moves it past a few others.
+    /// Replaces the entry at `old` by `(new, id)`: the new entry's index
+    /// in a vector (`NOWHERE` in a tree), `None` if `old` was not there
+    /// (or `new` was, in a tree). In a vector only the entries between the
+    /// old place and the new one move (none when the key keeps its place),
+    /// not the tail twice: a split makes a free block smaller, a merge
+    /// larger, and either often moves it past a few others.
     #[inline(always)]
     fn rekey(&mut self, old: FreeKey, hint: u32, new: FreeKey, id: BlockId) -> Option<u32> {
         match self {
